@@ -16,6 +16,7 @@ operation compares blocks with ``==``. The names match vLLM's
 
 from __future__ import annotations
 
+from verified_queue import queue as _queue_module
 from verified_queue.block import Block
 from verified_queue.errors import (
     AlreadyInQueueError,
@@ -28,7 +29,11 @@ from verified_queue.queue import FreeBlockQueue
 
 __version__ = "0.1.0"
 
+#: True when the hot module ``verified_queue.queue`` was loaded as a mypyc-compiled extension.
+COMPILED: bool = not (_queue_module.__file__ or "").endswith(".py")
+
 __all__ = [
+    "COMPILED",
     "AlreadyInQueueError",
     "Block",
     "EmptyQueueError",
