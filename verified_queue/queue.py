@@ -236,7 +236,7 @@ class FreeBlockQueue(Generic[B]):
         after = block.next_free_block
         if before is None or after is None:
             # I4: a detached block has neither link, a sentinel only one.
-            raise NotInQueueError(f"remove({block!r}): the block is not linked in a queue")
+            raise _not_linked(block)
         # Bridge the neighbours over the block.
         before.next_free_block = after
         after.prev_free_block = before
@@ -335,6 +335,15 @@ def _already_linked(operation: str, block: Block) -> AlreadyInQueueError:
     else:
         reason = "it is already linked in a queue (a double free?)"
     return AlreadyInQueueError(f"{operation}({block!r}): {reason}")
+
+
+def _not_linked(block: Block) -> NotInQueueError:
+    """Build the error for a block that ``remove`` cannot take (kept off the hot path)."""
+    if isinstance(block, Sentinel):
+        reason = "it is a queue sentinel, which never leaves its queue"
+    else:
+        reason = "it is not linked in a queue"
+    return NotInQueueError(f"remove({block!r}): {reason}")
 
 
 def _unlink_run(before_run: Block, last: Block, tail: Block) -> None:
