@@ -10,7 +10,7 @@ from verified_queue import Block, FreeBlockQueue
 
 
 class NumberedBlock(Block):
-    """A plain subclass with its own ``__slots__`` and an ``__init__`` that skips ``Block.__init__``."""
+    """A subclass with its own ``__slots__`` whose ``__init__`` skips ``Block.__init__``."""
 
     __slots__ = ("number",)
 
@@ -61,7 +61,5 @@ def snapshot(queue: FreeBlockQueue[Any], universe: Iterable[Block]) -> tuple[obj
     Two snapshots are equal exactly when nothing observable changed in between.
     """
     nodes = [queue.fake_free_list_head, queue.fake_free_list_tail, *universe]
-    links = tuple(
-        (id(node), id(node.prev_free_block), id(node.next_free_block)) for node in nodes
-    )
+    links = tuple((id(node), id(node.prev_free_block), id(node.next_free_block)) for node in nodes)
     return (tuple(id(block) for block in queue), queue.num_free_blocks, links)

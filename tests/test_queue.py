@@ -1,8 +1,9 @@
-"""Unit tests of FreeBlockQueue: every operation, every error path, and atomicity after each error."""
+"""Unit tests of FreeBlockQueue: every operation, every error path, atomicity after each error."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 from block_types import NumberedBlock, numbered, numbers, snapshot
@@ -30,7 +31,7 @@ def assert_chain(queue: FreeBlockQueue[NumberedBlock], expected: list[NumberedBl
     chain = [queue.fake_free_list_head, *expected, queue.fake_free_list_tail]
     assert queue.fake_free_list_head.prev_free_block is None
     assert queue.fake_free_list_tail.next_free_block is None
-    for before, after in zip(chain, chain[1:], strict=False):
+    for before, after in itertools.pairwise(chain):
         assert before.next_free_block is after
         assert after.prev_free_block is before
     assert queue.num_free_blocks == len(expected) == len(queue)
@@ -254,12 +255,13 @@ def test_append_n_accepts_any_iterable(kind: str) -> None:
     """append_n() takes a list, a tuple, a generator or a reversed view alike."""
     queue, _ = make(0)
     batch = numbered(4)
-    source = {
+    sources: dict[str, Callable[[], Iterable[NumberedBlock]]] = {
         "list": lambda: list(batch),
         "tuple": lambda: tuple(batch),
         "generator": lambda: (block for block in batch),
         "reversed": lambda: reversed(batch),
-    }[kind]()
+    }
+    source = sources[kind]()
     queue.append_n(source)
     assert_chain(queue, batch[::-1] if kind == "reversed" else batch)
 
@@ -274,7 +276,7 @@ def test_append_n_of_nothing_changes_nothing() -> None:
 
 @pytest.mark.parametrize("bad_position", [0, 1, 3])
 def test_append_n_with_linked_block_rejects_whole_batch(bad_position: int) -> None:
-    """A linked block anywhere in the batch rejects it all: the queue and every block are as before."""
+    """A linked block anywhere in a batch rejects it all: the queue and the blocks are as before."""
     queue, blocks = make(3)
     batch: list[NumberedBlock] = numbered(3)
     batch.insert(bad_position, blocks[1])
@@ -349,7 +351,7 @@ def test_append_n_with_failing_iterator_links_nothing() -> None:
     ],
 )
 def test_constructor_rejects_bad_batch_and_leaves_blocks_alone(bad_batch: str) -> None:
-    """The constructor rejects a linked, repeated or sentinel block and leaves every block detached."""
+    """The constructor rejects a linked, repeated or sentinel block and leaves every block as is."""
     owner, linked = make(2)
     fresh = numbered(3)
     culprit: Block = {
@@ -428,8 +430,8 @@ def test_subscripted_class_works_at_run_time() -> None:
 def test_num_free_blocks_tracks_len_through_every_operation() -> None:
     """num_free_blocks equals len() after every kind of operation."""
     queue, blocks = make(8)
-    steps = [
-        lambda: queue.popleft(),
+    steps: list[Callable[[], object]] = [
+        queue.popleft,
         lambda: queue.popleft_n(2),
         lambda: queue.remove(blocks[5]),
         lambda: queue.append(blocks[0]),

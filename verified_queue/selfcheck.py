@@ -52,9 +52,7 @@ def _position(items: list[_Numbered], block: _Numbered) -> int:
     return -1
 
 
-def run_self_check(
-    operations: int = 20_000, universe: int = 64, seed: int = 0
-) -> SelfCheckReport:
+def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) -> SelfCheckReport:
     """Run ``operations`` random calls, misuse included, on a queue and on a list side by side.
 
     Stops at the first difference in a result, an error, the order of the
@@ -68,77 +66,79 @@ def run_self_check(
     queue: FreeBlockQueue[_Numbered] = FreeBlockQueue(blocks[: universe // 2])
     model: list[_Numbered] = blocks[: universe // 2]
     report = SelfCheckReport()
-
-    def expect(
-        label: str,
-        call: Callable[[], object],
-        error: type[QueueError] | None,
-        result: object = None,
-    ) -> None:
-        try:
-            got = call()
-        except QueueError as exc:
-            if error is None or not isinstance(exc, error):
-                report.mismatch = f"{label}: raised {exc!r}, list model expected {error or 'success'}"
-            report.rejected += 1
-            return
-        if error is not None:
-            report.mismatch = f"{label}: succeeded, list model expected {error.__name__}"
-        elif result is not None and got != result:  # lists of _Numbered compare by identity
-            report.mismatch = f"{label}: returned {got!r}, list model expected {result!r}"
-
     while report.operations < operations and report.mismatch is None:
         report.operations += 1
-        block = rng.choice(blocks)
-        where = _position(model, block)
-        roll = rng.random()
-        if roll < 0.2:
-            expect(
-                "popleft()",
-                queue.popleft,
-                None if model else EmptyQueueError,
-                model[0] if model else None,
-            )
-            if model:
-                model.pop(0)
-        elif roll < 0.35:
-            n = rng.randint(-2, len(model) + 2)
-            fails = EmptyQueueError if n > len(model) else NegativeCountError if n < 0 else None
-            expect(f"popleft_n({n})", lambda n=n: queue.popleft_n(n), fails, model[:n] or None)
-            if fails is None:
-                del model[:n]
-        elif roll < 0.55:
-            expect(
-                f"remove({block!r})",
-                lambda b=block: queue.remove(b),
-                NotInQueueError if where < 0 else None,
-            )
-            if where >= 0:
-                del model[where]
-        elif roll < 0.8:
-            expect(
-                f"append({block!r})",
-                lambda b=block: queue.append(b),
-                AlreadyInQueueError if where >= 0 else None,
-            )
-            if where < 0:
-                model.append(block)
+        step = _random_step(rng, blocks, model)
+        try:
+            got = step.call(queue)
+        except QueueError as exc:
+            report.rejected += 1
+            if step.error is None or not isinstance(exc, step.error):
+                expected = step.error.__name__ if step.error else "success"
+                report.mismatch = f"{step.label}: raised {exc!r}, the list expected {expected}"
         else:
-            batch = rng.sample(blocks, rng.randint(0, 4))
-            if rng.random() < 0.1 and batch:
-                batch.append(batch[0])  # a block repeated within one batch
-            ids = [id(b) for b in batch]
-            bad = len(set(ids)) != len(ids) or any(_position(model, b) >= 0 for b in batch)
-            expect(
-                f"append_n({batch!r})",
-                lambda batch=batch: queue.append_n(batch),
-                AlreadyInQueueError if bad else None,
-            )
-            if not bad:
-                model.extend(batch)
+            if step.error is not None:
+                report.mismatch = (
+                    f"{step.label}: succeeded, the list expected {step.error.__name__}"
+                )
+            elif got != step.result:  # lists of _Numbered compare by identity
+                report.mismatch = (
+                    f"{step.label}: returned {got!r}, the list expected {step.result!r}"
+                )
         if report.mismatch is None:
             report.mismatch = _compare(queue, model, blocks)
     return report
+
+
+@dataclass
+class _Step:
+    """One call on the queue and what the list model says it must do."""
+
+    label: str
+    call: Callable[[FreeBlockQueue[_Numbered]], object]
+    error: type[QueueError] | None
+    result: object = None
+
+
+def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads best
+    rng: random.Random, blocks: list[_Numbered], model: list[_Numbered]
+) -> _Step:
+    """Pick a random call, apply it to ``model`` if the list would accept it, and describe it."""
+    block = rng.choice(blocks)
+    where = _position(model, block)
+    roll = rng.random()
+    if roll < 0.2:
+        if not model:
+            return _Step("popleft()", FreeBlockQueue.popleft, EmptyQueueError)
+        return _Step("popleft()", FreeBlockQueue.popleft, None, model.pop(0))
+    if roll < 0.35:
+        n = rng.randint(-2, len(model) + 2)
+        step = _Step(f"popleft_n({n})", lambda q: q.popleft_n(n), None, model[:n])
+        if n > len(model):
+            step.error = EmptyQueueError
+        elif n < 0:
+            step.error = NegativeCountError
+        else:
+            del model[:n]
+        return step
+    if roll < 0.55:
+        if where < 0:
+            return _Step(f"remove({block!r})", lambda q: q.remove(block), NotInQueueError)
+        del model[where]
+        return _Step(f"remove({block!r})", lambda q: q.remove(block), None)
+    if roll < 0.8:
+        if where >= 0:
+            return _Step(f"append({block!r})", lambda q: q.append(block), AlreadyInQueueError)
+        model.append(block)
+        return _Step(f"append({block!r})", lambda q: q.append(block), None)
+    batch = rng.sample(blocks, rng.randint(0, 4))
+    if batch and rng.random() < 0.1:
+        batch.append(batch[0])  # a block repeated within one batch
+    repeated = len({id(b) for b in batch}) != len(batch)
+    if repeated or any(_position(model, b) >= 0 for b in batch):
+        return _Step(f"append_n({batch!r})", lambda q: q.append_n(batch), AlreadyInQueueError)
+    model.extend(batch)
+    return _Step(f"append_n({batch!r})", lambda q: q.append_n(batch), None)
 
 
 def _compare(
