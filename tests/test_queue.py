@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from typing import assert_type
 
 import pytest
 from block_types import NumberedBlock, numbered, numbers, snapshot
@@ -441,3 +442,12 @@ def test_num_free_blocks_tracks_len_through_every_operation() -> None:
     for step, count in zip(steps, expected, strict=True):
         step()
         assert queue.num_free_blocks == len(queue) == count == len(queue.get_all_free_blocks())
+
+
+def test_static_types_follow_the_block_type() -> None:
+    """Results are typed as the queue's block type (checked by mypy --strict via assert_type)."""
+    queue = FreeBlockQueue[NumberedBlock](numbered(4))
+    first = assert_type(queue.popleft(), NumberedBlock)
+    batch = assert_type(queue.popleft_n(2), list[NumberedBlock])
+    rest = assert_type(queue.get_all_free_blocks(), list[NumberedBlock])
+    assert (first.number, numbers(batch), numbers(rest)) == (0, [1, 2], [3])
