@@ -12,15 +12,26 @@ operation compares blocks with ``==``. The names match vLLM's
 >>> queue.append_n(reversed(evicted))
 >>> [blocks.index(b) for b in queue]
 [2, 3, 1, 0]
+
+Check mode: ``CheckedFreeBlockQueue`` catches a corrupted queue at the
+operation that meets the damage. Setting ``VERIFIED_QUEUE_CHECKS=1`` (or
+``full``) in the environment before the package is imported binds
+``verified_queue.FreeBlockQueue`` to ``CheckedFreeBlockQueue``, for code that
+cannot be changed to build the checked class itself. The switch rebinds this
+name only: ``verified_queue.queue.FreeBlockQueue`` is always the production
+class, which holds no check and stays a plain (or mypyc-compiled) class.
 """
 
 from __future__ import annotations
 
+from verified_queue import _switch
 from verified_queue import queue as _queue_module
 from verified_queue.block import Block
+from verified_queue.checked import CheckedFreeBlockQueue
 from verified_queue.errors import (
     AlreadyInQueueError,
     EmptyQueueError,
+    InvariantViolation,
     NegativeCountError,
     NotInQueueError,
     QueueError,
@@ -32,12 +43,24 @@ __version__ = "0.1.0"
 #: True when the hot module ``verified_queue.queue`` was loaded as a mypyc-compiled extension.
 COMPILED: bool = not (_queue_module.__file__ or "").endswith(".py")
 
+#: The check mode in force, read from ``VERIFIED_QUEUE_CHECKS`` at import: ``"off"``,
+#: ``"on"`` or ``"full"`` (a full O(n) check before every operation).
+CHECK_LEVEL: str = _switch.CHECK_LEVEL
+
+if CHECK_LEVEL != "off":
+    # Rebinding the exported name, not patching the class: a mypyc-compiled
+    # FreeBlockQueue cannot be patched, and the production class stays check-free.
+    FreeBlockQueue = CheckedFreeBlockQueue  # type: ignore[misc]  # a subclass bound to the class's name on purpose
+
 __all__ = [
+    "CHECK_LEVEL",
     "COMPILED",
     "AlreadyInQueueError",
     "Block",
+    "CheckedFreeBlockQueue",
     "EmptyQueueError",
     "FreeBlockQueue",
+    "InvariantViolation",
     "NegativeCountError",
     "NotInQueueError",
     "QueueError",

@@ -8,8 +8,10 @@ against those keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "INVARIANT_FAMILIES",
     "AlreadyInQueueError",
     "EmptyQueueError",
+    "InvariantViolation",
     "NegativeCountError",
     "NotInQueueError",
     "QueueError",
@@ -21,7 +23,7 @@ class QueueError(Exception):
 
 
 class EmptyQueueError(QueueError, ValueError, IndexError):
-    """Too few free blocks: ``popleft()`` on an empty queue, or ``popleft_n(n)`` with ``n > len``."""
+    """Too few free blocks: ``popleft()`` when empty, or ``popleft_n(n)`` with ``n > len``."""
 
 
 class NegativeCountError(QueueError, ValueError):
@@ -34,3 +36,38 @@ class NotInQueueError(QueueError, ValueError):
 
 class AlreadyInQueueError(QueueError, ValueError):
     """A block handed to the queue is already linked (a double free), repeated, or a sentinel."""
+
+
+#: The names an :class:`InvariantViolation` may carry in ``.invariant``, in the
+#: order of the numbered definitions in ``verified_queue.invariants``.
+INVARIANT_FAMILIES = ("sentinel_linkage", "count_consistency", "no_duplicates")
+
+
+class InvariantViolation(QueueError, AssertionError):
+    """A queue's structure is damaged; ``.invariant`` names the broken family.
+
+    Raised by the checkers in ``verified_queue.invariants`` and by
+    ``CheckedFreeBlockQueue``. It is an ``AssertionError`` because it reports
+    a broken internal assertion rather than a misused argument, and a
+    ``QueueError`` so one ``except QueueError`` catches everything the package
+    raises.
+
+    >>> error = InvariantViolation("count is 3, walk found 2", invariant="count_consistency")
+    >>> error.invariant, str(error)
+    ('count_consistency', 'count is 3, walk found 2')
+    """
+
+    invariant: str
+
+    def __init__(self, message: str, invariant: str) -> None:
+        """Record ``message`` and the family name ``invariant`` (one of ``INVARIANT_FAMILIES``)."""
+        if invariant not in INVARIANT_FAMILIES:
+            raise ValueError(
+                f"unknown invariant family {invariant!r}; expected {INVARIANT_FAMILIES}"
+            )
+        super().__init__(message)
+        self.invariant = invariant
+
+    def __reduce__(self) -> tuple[type[InvariantViolation], tuple[str, str]]:
+        """Pickle with the family too, so a worker process can re-raise it in its parent."""
+        return type(self), (str(self), self.invariant)

@@ -1,0 +1,44 @@
+"""The process-wide check-mode switch: ``VERIFIED_QUEUE_CHECKS``, read once at import.
+
+Kept apart from both the production queue and the checkers so that reading
+it costs one environment lookup and imports nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = ["CHECK_LEVEL", "ENVIRONMENT_VARIABLE", "LEVELS", "read_check_level"]
+
+ENVIRONMENT_VARIABLE: Final = "VERIFIED_QUEUE_CHECKS"
+
+#: Accepted values and the level each selects. ``off``: ``verified_queue.FreeBlockQueue``
+#: is the production class. ``on``: it is ``CheckedFreeBlockQueue`` (O(1) checks per
+#: operation, a full check every max(1000, len) operations). ``full``: the same class,
+#: with a full check before every operation (O(n) each: for small test queues).
+LEVELS: Final = {"": "off", "0": "off", "1": "on", "full": "full"}
+
+
+def read_check_level(environ: Mapping[str, str] = os.environ) -> str:
+    """Return ``"off"``, ``"on"`` or ``"full"`` for the switch's value in ``environ``.
+
+    Unset, empty and ``0`` mean off. Any value outside :data:`LEVELS` raises
+    ``ValueError``: a mistyped switch must not silently leave checks off.
+
+    Runtime complexity: O(1)
+
+    >>> read_check_level({}), read_check_level({"VERIFIED_QUEUE_CHECKS": "1"})
+    ('off', 'on')
+    """
+    value = environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    level = LEVELS.get(value.lower())
+    if level is None:
+        accepted = ", ".join(repr(key) for key in LEVELS)
+        raise ValueError(f"{ENVIRONMENT_VARIABLE}={value!r}: expected one of {accepted}")
+    return level
+
+
+#: The level in force for this process, read when the package was first imported.
+CHECK_LEVEL: Final = read_check_level()

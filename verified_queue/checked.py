@@ -1,0 +1,487 @@
+"""Check mode: a :class:`FreeBlockQueue` that catches corruption at the operation that meets it.
+
+``CheckedFreeBlockQueue`` has the production queue's API and results. On top
+of them it
+
+* keeps its own membership, ``id(block) -> block``, so ``remove`` of a block
+  linked in another queue is rejected in O(1) with ``NotInQueueError`` and
+  both queues are left as they were;
+* before and after every operation, checks in O(1) the links it is about to
+  touch or has just written, and that ``num_free_blocks`` equals the size of
+  its membership, raising :class:`InvariantViolation` on damage done by
+  outside code (a hand-written link, an overwritten count);
+* every ``full_check_every`` operations runs the full O(n)
+  :func:`~verified_queue.invariants.check_invariants` plus a membership walk.
+  The default period, ``max(1000, len(queue))``, keeps the amortized cost per
+  operation O(1), so check mode can stay on for a whole serving run.
+
+On a queue damaged by outside code every method raises a ``QueueError``
+subclass (``InvariantViolation``, or the error the production queue would
+raise) and nothing else. "Damage" here means any value written into a
+block's two links or into ``num_free_blocks``.
+
+Why membership is a dict of blocks and not a set of ids: an ``id()`` is only
+unique among live objects. With a set of ids, a member that outside code
+unlinked and dropped could be garbage-collected and its id reused by a new
+block, which would then pass for a member. Holding each member in the dict
+keeps it alive, so its id cannot be reused while it is recorded, and the
+lookup ``members.get(id(block)) is block`` confirms identity. The cost is one
+dict entry per free block, and no block outlives its pool because of it
+unless the queue itself is kept.
+
+The class keeps to the production queue's public attributes and ``super()``
+calls, so it also subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
+``allow_interpreted_subclasses``); its own state lives in ``__slots__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Final, TypeVar
+
+from verified_queue import _switch
+from verified_queue.block import Block, Sentinel
+from verified_queue.errors import NotInQueueError, QueueError
+from verified_queue.invariants import (
+    COUNT_CONSISTENCY,
+    NO_DUPLICATES,
+    SENTINEL_LINKAGE,
+    check_invariants,
+    describe,
+    violation,
+)
+from verified_queue.queue import FreeBlockQueue
+
+__all__ = ["DEFAULT_FULL_CHECK_EVERY", "MIN_FULL_CHECK_PERIOD", "CheckedFreeBlockQueue"]
+
+#: The adaptive period's floor: with ``full_check_every=None`` the full check runs
+#: every ``max(MIN_FULL_CHECK_PERIOD, len(queue))`` operations.
+MIN_FULL_CHECK_PERIOD: Final = 1000
+
+#: ``full_check_every`` when none is given: ``1`` under ``VERIFIED_QUEUE_CHECKS=full``,
+#: otherwise ``None`` (the adaptive period).
+DEFAULT_FULL_CHECK_EVERY: Final[int | None] = 1 if _switch.CHECK_LEVEL == "full" else None
+
+B = TypeVar("B", bound=Block)
+
+
+class CheckedFreeBlockQueue(FreeBlockQueue[B]):
+    """A :class:`FreeBlockQueue` that checks itself at every operation (check mode).
+
+    ``full_check_every=k`` runs the full O(n) check every ``k`` operations
+    (``1``: before every operation); ``None`` (the default) uses
+    ``max(1000, len(queue))``, which keeps the amortized cost per operation
+    O(1). The attribute may be changed later; the new period starts after
+    the next full check.
+
+    >>> blocks = [Block() for _ in range(3)]
+    >>> first, second = CheckedFreeBlockQueue(blocks[:2]), CheckedFreeBlockQueue(blocks[2:])
+    >>> first.remove(blocks[2])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    verified_queue.errors.NotInQueueError: remove(<Block at ...>): it is linked in another queue
+    >>> len(first), len(second)
+    (2, 1)
+    """
+
+    __slots__ = ("_members", "_until_full_check", "full_check_every")
+
+    _members: dict[int, B]
+    _until_full_check: int
+    full_check_every: int | None
+
+    def __init__(self, blocks: Iterable[B] = (), *, full_check_every: int | None = None) -> None:
+        """Link ``blocks`` front to back, as :class:`FreeBlockQueue` does, with checks on.
+
+        Runtime complexity: O(n)
+        """
+        if full_check_every is None:
+            full_check_every = DEFAULT_FULL_CHECK_EVERY
+        if full_check_every is not None and (
+            type(full_check_every) is not int or full_check_every < 1
+        ):
+            raise ValueError(f"full_check_every={full_check_every!r}: expected None or an int >= 1")
+        # Set before the base __init__, which calls the checked append_n.
+        self._members = {}
+        self.full_check_every = full_check_every
+        self._until_full_check = full_check_every or MIN_FULL_CHECK_PERIOD
+        super().__init__(blocks)
+
+    # ----------------------------------------------------------- full check
+
+    def full_check(self) -> None:
+        """Run :func:`check_invariants` and check the walk against this queue's membership.
+
+        Raises :class:`InvariantViolation` on any damage. Runs by itself every
+        ``full_check_every`` operations; call it by hand after suspect code.
+
+        Runtime complexity: O(n)
+
+        >>> blocks = [Block(), Block()]
+        >>> queue = CheckedFreeBlockQueue(blocks)
+        >>> queue.full_check()
+        >>> blocks[0].prev_free_block = None
+        >>> queue.full_check()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        verified_queue.errors.InvariantViolation: invariant 1 (sentinel_linkage) broken at posi...
+        """
+        check_invariants(self)
+        self._expect_count("the full check")
+        members = self._members
+        tail = self.fake_free_list_tail
+        # check_invariants passed, so the chain is n distinct blocks ending at the tail,
+        # and n == len(members): the chain is the membership iff each block is a member.
+        block = self.fake_free_list_head.next_free_block
+        position = 1
+        while block is not tail:
+            if members.get(id(block)) is not block:
+                raise violation(
+                    NO_DUPLICATES,
+                    f"position {position} of the forward walk (head = 0)",
+                    f"membership of {describe(block)}",
+                    "a block this queue linked itself",
+                    "a block linked in by outside code",
+                )
+            block = block.next_free_block  # type: ignore[union-attr]  # checked above
+            position += 1
+        self._until_full_check = self.full_check_every or max(MIN_FULL_CHECK_PERIOD, len(members))
+
+    # ------------------------------------------------------ O(1) neighbourhood
+    # ``where`` arguments are constant strings: a message is built only on failure.
+
+    def _is_member(self, node: object) -> bool:
+        return self._members.get(id(node)) is node
+
+    def _expect_count(self, where: str) -> None:
+        """(2): ``num_free_blocks`` equals the membership's size."""
+        count = self.num_free_blocks
+        if count != len(self._members):
+            raise violation(
+                COUNT_CONSISTENCY,
+                where,
+                "num_free_blocks",
+                f"{len(self._members)} (the blocks this queue holds)",
+                repr(count),
+            )
+
+    def _before(self, where: str) -> None:
+        """Start an operation: the count check, then the full check if one is due."""
+        self._expect_count(where)
+        self._until_full_check -= 1
+        if self._until_full_check <= 0:
+            self.full_check()
+
+    def _check_front(self, steps: int, where: str) -> None:
+        """(1), (2): check the first ``steps`` blocks and the node after them, in O(steps).
+
+        Each must be a member whose back link names the node before it; the
+        node after them is the tail or another such member.
+        """
+        head = self.fake_free_list_head
+        tail = self.fake_free_list_tail
+        if head.prev_free_block is not None:
+            raise violation(
+                SENTINEL_LINKAGE,
+                where,
+                f"prev_free_block of {describe(head, head, tail)}",
+                "None",
+                describe(head.prev_free_block, head, tail),
+            )
+        previous: Block = head
+        for position in range(1, steps + 2):
+            node = previous.next_free_block
+            if node is tail:
+                if position - 1 != len(self._members):
+                    # The links agree up to the tail, but the chain is not the membership.
+                    raise violation(
+                        COUNT_CONSISTENCY,
+                        f"{where}, position {position} of the forward walk (head = 0)",
+                        "num_free_blocks",
+                        f"{position - 1} (the walk reached the tail)",
+                        f"{self.num_free_blocks}",
+                    )
+                return
+            self._expect_linked_member(node, previous, position, where)
+            previous = node  # type: ignore[assignment]  # a member, so a Block
+
+    def _expect_linked_member(
+        self, node: object, previous: Block, position: int, where: str
+    ) -> None:
+        """(1): ``node``, the successor of ``previous``, is a member linking back to it."""
+        if not self._is_member(node):
+            head = self.fake_free_list_head
+            tail = self.fake_free_list_tail
+            raise violation(
+                SENTINEL_LINKAGE,
+                f"{where}, position {position} of the forward walk (head = 0)",
+                f"next_free_block of {describe(previous, head, tail)}",
+                "one of this queue's blocks or its tail",
+                describe(node, head, tail),
+            )
+        back = node.prev_free_block  # type: ignore[attr-defined]  # a member, so a Block
+        if back is not previous:
+            head = self.fake_free_list_head
+            tail = self.fake_free_list_tail
+            raise violation(
+                SENTINEL_LINKAGE,
+                f"{where}, position {position} of the forward walk (head = 0)",
+                f"prev_free_block of {describe(node, head, tail)}",
+                describe(previous, head, tail),
+                describe(back, head, tail),
+            )
+
+    def _check_back(self, where: str) -> None:
+        """(1), (2): check the tail and the block before it, in O(1)."""
+        head = self.fake_free_list_head
+        tail = self.fake_free_list_tail
+        after_tail = tail.next_free_block
+        last = tail.prev_free_block
+        found: object
+        if after_tail is not None:
+            what, expected, found = "next_free_block", "None", after_tail
+        elif last is not head and not self._is_member(last):
+            what, expected, found = (
+                "prev_free_block",
+                "one of this queue's blocks or its head",
+                last,
+            )
+        elif last.next_free_block is not tail:  # type: ignore[union-attr]  # head or a member
+            what, expected, found = "prev_free_block", "a block followed by the tail", last
+        elif (last is head) == bool(self._members):
+            raise violation(
+                COUNT_CONSISTENCY,
+                f"{where}, the tail sentinel",
+                "num_free_blocks",
+                "0 (the tail follows the head)" if last is head else "more than 0",
+                f"{self.num_free_blocks}",
+            )
+        else:
+            return
+        raise violation(
+            SENTINEL_LINKAGE,
+            f"{where}, the tail sentinel",
+            f"{what} of {describe(tail, head, tail)}",
+            expected,
+            describe(found, head, tail),
+        )
+
+    def _check_around(self, block: Block, where: str) -> tuple[Block, Block]:
+        """(1): a member's two neighbours are this queue's and link back to it; return them."""
+        head = self.fake_free_list_head
+        tail = self.fake_free_list_tail
+        before = block.prev_free_block
+        after = block.next_free_block
+        for side, neighbour, end, back in (
+            ("prev_free_block", before, head, "next_free_block"),
+            ("next_free_block", after, tail, "prev_free_block"),
+        ):
+            if neighbour is not end and not self._is_member(neighbour):
+                raise violation(
+                    SENTINEL_LINKAGE,
+                    where,
+                    f"{side} of {describe(block, head, tail)}",
+                    "one of this queue's blocks or its sentinel",
+                    describe(neighbour, head, tail),
+                )
+            back_link = getattr(neighbour, back)  # a member or a sentinel: a Block
+            if back_link is not block:
+                raise violation(
+                    SENTINEL_LINKAGE,
+                    where,
+                    f"{back} of {describe(neighbour, head, tail)}, "
+                    f"the {side} of {describe(block, head, tail)}",
+                    describe(block, head, tail),
+                    describe(back_link, head, tail),
+                )
+        return before, after  # type: ignore[return-value]  # members or sentinels, checked above
+
+    def _reject_cleared_member(self, block: B, where: str) -> None:
+        """(1): a member whose links outside code cleared must not be linked a second time."""
+        if (
+            block.prev_free_block is None
+            and block.next_free_block is None
+            and self._is_member(block)
+        ):
+            raise violation(
+                SENTINEL_LINKAGE,
+                where,
+                f"the links of {describe(block)}, one of this queue's blocks",
+                "both set",
+                "both None (cleared by outside code while the block was in the queue)",
+            )
+
+    def _not_a_member(self, block: object) -> QueueError:
+        """The error for ``remove`` of a non-member: foreign, detached, sentinel, or spliced in."""
+        operation = f"remove({describe(block)})"
+        if isinstance(block, Sentinel):
+            return NotInQueueError(f"{operation}: it is a queue sentinel")
+        before = getattr(block, "prev_free_block", None)
+        after = getattr(block, "next_free_block", None)
+        if before is None and after is None:
+            return NotInQueueError(f"{operation}: the block is not linked in a queue")
+        if (
+            isinstance(before, Block)
+            and (before is self.fake_free_list_head or self._is_member(before))
+            and before.next_free_block is block
+        ):
+            # Linked into this queue's chain, but never by this queue.
+            return violation(
+                NO_DUPLICATES,
+                "the start of remove()",
+                f"membership of {describe(block)}",
+                "a block this queue linked itself",
+                "a block linked in by outside code",
+            )
+        return NotInQueueError(f"{operation}: it is linked in another queue")
+
+    # ------------------------------------------------------------ operations
+
+    def __len__(self) -> int:
+        """Return the number of free blocks, after checking it against the membership.
+
+        Runtime complexity: O(1)
+        """
+        self._expect_count("len()")
+        return super().__len__()
+
+    def __bool__(self) -> bool:
+        """Return whether any block is free, after checking the count.
+
+        Runtime complexity: O(1)
+        """
+        self._expect_count("bool()")
+        return super().__bool__()
+
+    def __contains__(self, block: object) -> bool:
+        """Return whether ``block`` itself is in this queue, from the membership.
+
+        Runtime complexity: O(1) (the production queue walks, O(n))
+
+        >>> block = Block()
+        >>> block in CheckedFreeBlockQueue([block]), Block() in CheckedFreeBlockQueue()
+        (True, False)
+        """
+        return self._is_member(block)
+
+    def __iter__(self) -> Iterator[B]:
+        """Run the full check, then yield the free blocks from the front to the back.
+
+        Iteration is live, as in the production queue; a block that leaves the
+        queue while the iteration stands on it raises ``NotInQueueError``
+        (the production queue would go on from a cleared link).
+
+        Runtime complexity: O(n)
+        """
+        self.full_check()
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[B]:
+        tail = self.fake_free_list_tail
+        block: Block = self.fake_free_list_head
+        position = 0
+        while True:
+            following = block.next_free_block
+            position += 1
+            if following is tail:
+                return
+            self._expect_linked_member(following, block, position, "iteration")
+            block = following  # type: ignore[assignment]  # a member, so a Block
+            yield block  # type: ignore[misc]  # a member, so a B
+            if not self._is_member(block):
+                raise NotInQueueError(
+                    f"{describe(block)} left the queue while an iteration stood on it"
+                )
+
+    def get_all_free_blocks(self) -> list[B]:
+        """Run the full check, then return a new list of the free blocks, front first.
+
+        Runtime complexity: O(n)
+        """
+        self.full_check()
+        return super().get_all_free_blocks()
+
+    def popleft(self) -> B:
+        """Detach and return the front block, checking the front before and after.
+
+        Runtime complexity: O(1), plus the amortized O(1) full check
+        """
+        self._before("the start of popleft()")
+        self._check_front(1 if self._members else 0, "the start of popleft()")
+        block = super().popleft()
+        del self._members[id(block)]
+        self._check_front(0, "the end of popleft()")
+        self._expect_count("the end of popleft()")
+        return block
+
+    def popleft_n(self, n: int) -> list[B]:
+        """Detach and return the first ``n`` blocks, checking each link the run crosses.
+
+        Runtime complexity: O(n), plus the amortized O(1) full check
+        """
+        self._before("the start of popleft_n()")
+        if 0 <= n <= len(self._members):
+            self._check_front(n, "the start of popleft_n()")
+        popped = super().popleft_n(n)
+        members = self._members
+        for block in popped:
+            del members[id(block)]
+        self._check_front(0, "the end of popleft_n()")
+        self._expect_count("the end of popleft_n()")
+        return popped
+
+    def remove(self, block: B) -> None:
+        """Detach ``block``; one linked in another queue is rejected in O(1), both unchanged.
+
+        Raises :class:`NotInQueueError` if ``block`` is not in this queue
+        (detached, a sentinel, or linked in another queue), and
+        :class:`InvariantViolation` if outside code linked it in or its
+        neighbours' links disagree.
+
+        Runtime complexity: O(1), plus the amortized O(1) full check
+        """
+        self._before("the start of remove()")
+        if not self._is_member(block):
+            raise self._not_a_member(block)
+        before, after = self._check_around(block, "the start of remove()")
+        super().remove(block)
+        del self._members[id(block)]
+        if before.next_free_block is not after or after.prev_free_block is not before:
+            raise violation(
+                SENTINEL_LINKAGE,
+                "the end of remove()",
+                f"the links between {describe(before)} and {describe(after)}",
+                "each naming the other",
+                f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",
+            )
+        self._expect_count("the end of remove()")
+
+    def append(self, block: B) -> None:
+        """Link a detached ``block`` at the back, checking the tail before and after.
+
+        Runtime complexity: O(1), plus the amortized O(1) full check
+        """
+        self._before("the start of append()")
+        self._reject_cleared_member(block, "the start of append()")
+        self._check_back("the start of append()")
+        super().append(block)
+        self._members[id(block)] = block
+        self._check_back("the end of append()")
+        self._expect_count("the end of append()")
+
+    def append_n(self, blocks: Iterable[B]) -> None:
+        """Link ``blocks`` at the back, all or none, checking the tail before and after.
+
+        Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
+        """
+        batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
+        self._before("the start of append_n()")
+        for block in batch:
+            self._reject_cleared_member(block, "the start of append_n()")
+        self._check_back("the start of append_n()")
+        super().append_n(batch)
+        members = self._members
+        for block in batch:
+            members[id(block)] = block
+        self._check_back("the end of append_n()")
+        self._expect_count("the end of append_n()")

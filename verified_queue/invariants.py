@@ -1,0 +1,498 @@
+"""O(n) checkers for the structure of a :class:`FreeBlockQueue`; they end on any damage.
+
+Invariants (cited as (1), (2), (3) in the code below; they restate I1..I4 of
+``verified_queue.queue`` in the form a checker tests them, and
+``InvariantViolation.invariant`` carries the family name):
+
+(1) ``sentinel_linkage``: the head sentinel's ``prev_free_block`` is ``None``
+    and the tail's ``next_free_block`` is ``None``; following
+    ``next_free_block`` from this queue's head reaches this queue's tail; for
+    every adjacent pair ``a -> b``, ``b.prev_free_block is a``; no sentinel (of
+    this or any other queue) appears between the two; a walk backwards from
+    the tail meets the same blocks in reverse.
+(2) ``count_consistency``: ``num_free_blocks`` equals the number of blocks
+    between the sentinels.
+(3) ``no_duplicates``: no block appears twice between the sentinels, and a
+    block of the queue's pool that is not in the queue is detached (both links
+    ``None``; see :func:`check_detached_outside`).
+
+How the checkers stay total
+---------------------------
+A damaged queue can hold anything in a link: ``None``, an unset slot, a
+non-block object, another queue's sentinel, a block of a ring. Every link read
+here tolerates all of those, every walk is bounded, and no checker recurses, so
+a checker either returns ``None`` or raises :class:`InvariantViolation`, never
+``AttributeError``, ``TypeError`` or ``RecursionError``. A checker returns
+``None`` only when it walked the whole queue and its own invariant holds; if
+damage of another family stops its walk (a cleared link stops the count), it
+raises that family's violation instead of guessing.
+
+* The linkage walk (1) needs no bound of its own: while every back link it has
+  met agrees, no block can come round twice, because a block met at steps
+  ``i < j`` has one predecessor, so steps ``i - 1`` and ``j - 1`` hold the same
+  block, and so on down to the head appearing inside the walk, which the
+  sentinel test rejects first. A cycle therefore shows as a disagreeing back
+  link where it closes, at most ``n + 1`` steps in. The same argument makes
+  the backward walk of (1) redundant: it follows exactly the back links the
+  forward walk has checked, so it meets the same blocks in reverse.
+* The duplicate walk (3) follows ``next_free_block`` alone, so it detects
+  cycles with Brent's algorithm: O(n) time, O(1) memory, which matters for a
+  million-block pool checked in a serving process.
+* The count walk (2) stops after ``num_free_blocks + 1`` blocks; only then does
+  it walk again to tell an overlong chain from a cycle.
+
+Blocks are compared by identity only (``is``); no checker calls a block's
+``__eq__`` or ``__hash__``, and membership sets hold ``id()`` values, which
+are stable for the length of a walk because every block walked is still linked
+and so still alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from verified_queue.block import Block, Sentinel
+from verified_queue.errors import InvariantViolation
+
+__all__ = [
+    "COUNT_CONSISTENCY",
+    "NO_DUPLICATES",
+    "SENTINEL_LINKAGE",
+    "check_count_consistency",
+    "check_detached_outside",
+    "check_invariants",
+    "check_no_duplicates",
+    "check_sentinel_linkage",
+]
+
+SENTINEL_LINKAGE: Final = "sentinel_linkage"
+COUNT_CONSISTENCY: Final = "count_consistency"
+NO_DUPLICATES: Final = "no_duplicates"
+
+_NUMBER: Final = {SENTINEL_LINKAGE: 1, COUNT_CONSISTENCY: 2, NO_DUPLICATES: 3}
+
+
+class _Unset:
+    """The value a link read yields when the slot was deleted or the object has no links."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "an unset link slot"
+
+
+_UNSET: Final = _Unset()
+
+
+def violation(family: str, where: str, what: str, expected: str, found: str) -> InvariantViolation:
+    """Build the violation of ``family`` with the message every checker uses.
+
+    The message names the invariant, the place (``where``: a position in a
+    walk, or a sentinel), the value looked at (``what``), and what was
+    expected versus found.
+
+    Runtime complexity: O(1)
+
+    >>> str(violation(COUNT_CONSISTENCY, "the tail", "num_free_blocks", "2", "3"))
+    'invariant 2 (count_consistency) broken at the tail: num_free_blocks: expected 2, found 3'
+    """
+    return InvariantViolation(
+        f"invariant {_NUMBER[family]} ({family}) broken at {where}: {what}: "
+        f"expected {expected}, found {found}",
+        family,
+    )
+
+
+def describe(value: object, head: object = None, tail: object = None) -> str:
+    """Name ``value`` for a diagnostic without following its links or trusting its ``repr``.
+
+    A block's own ``repr`` is used (it names type, identity and link state),
+    but one that raises falls back to the type and identity; this queue's
+    sentinels are named as such.
+
+    Runtime complexity: O(1)
+
+    >>> describe(None), describe(Block()).endswith("detached>")
+    ('None', True)
+    """
+    if value is None or value is _UNSET:
+        return repr(value)
+    if not isinstance(value, Block):
+        return f"a non-block {object.__repr__(value)}"
+    try:
+        text = repr(value)
+    except Exception:  # a user block's repr must not turn a diagnostic into a crash
+        text = f"<{type(value).__qualname__} at {id(value):#x}>"
+    if value is head or value is tail:
+        return f"this queue's {text}"
+    if isinstance(value, Sentinel):
+        return f"another queue's {text}"
+    return text
+
+
+def _at(position: int) -> str:
+    return f"position {position} of the forward walk (head = 0)"
+
+
+def _ends(queue: Any) -> tuple[Sentinel, Sentinel]:
+    """Return the queue's two sentinels after checking they are two distinct sentinels (1)."""
+    head = getattr(queue, "fake_free_list_head", _UNSET)
+    tail = getattr(queue, "fake_free_list_tail", _UNSET)
+    for name, end in (("fake_free_list_head", head), ("fake_free_list_tail", tail)):
+        if not isinstance(end, Sentinel):
+            raise violation(SENTINEL_LINKAGE, "the queue", name, "a Sentinel", describe(end))
+    if head is tail:
+        raise violation(
+            SENTINEL_LINKAGE, "the queue", "fake_free_list_tail", "a second sentinel", "the head"
+        )
+    return head, tail  # type: ignore[return-value]  # both passed isinstance(_, Sentinel) above
+
+
+def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
+    """(1): nothing precedes the head and nothing follows the tail."""
+    try:
+        before_head: object = head.prev_free_block
+    except AttributeError:  # a deleted slot
+        before_head = _UNSET
+    if before_head is not None:
+        raise violation(
+            SENTINEL_LINKAGE,
+            "the head sentinel",
+            f"prev_free_block of {describe(head, head, tail)}",
+            "None",
+            describe(before_head, head, tail),
+        )
+    try:
+        after_tail: object = tail.next_free_block
+    except AttributeError:  # a deleted slot
+        after_tail = _UNSET
+    if after_tail is not None:
+        raise violation(
+            SENTINEL_LINKAGE,
+            "the tail sentinel",
+            f"next_free_block of {describe(tail, head, tail)}",
+            "None",
+            describe(after_tail, head, tail),
+        )
+
+
+def _reject_non_block(
+    node: object, previous: object, position: int, head: Block, tail: Block
+) -> None:
+    """(1): the node reached at ``position`` must be a block that is not a sentinel."""
+    if not isinstance(node, Block) or isinstance(node, Sentinel):
+        raise violation(
+            SENTINEL_LINKAGE,
+            _at(position),
+            f"next_free_block of {describe(previous, head, tail)} (position {position - 1})",
+            "a block or this queue's tail sentinel",
+            describe(node, head, tail),
+        )
+
+
+def _first_position(head: Block, block: object, limit: int) -> int:
+    """Position of ``block`` among the first ``limit`` positions after ``head``, or 0.
+
+    Only called on positions the caller has already walked and checked, so
+    every link read here is a block's.
+    """
+    node = head.next_free_block
+    for position in range(1, limit + 1):
+        if node is block:
+            return position
+        node = node.next_free_block  # type: ignore[union-attr]  # checked by the caller's walk
+    return 0
+
+
+def _linked_length(queue: Any, classify_repeats: bool, members: set[int] | None = None) -> int:
+    """Walk the queue checking (1) and return the number of blocks between the sentinels.
+
+    With ``classify_repeats``, a back link that disagrees because the walk has
+    come round to a block it already met is reported as (3) rather than (1).
+    ``members``, if given, receives the ``id()`` of every block walked.
+    """
+    head, tail = _ends(queue)
+    _check_outer_links(head, tail)
+    previous: Block = head
+    try:
+        node: object = head.next_free_block
+    except AttributeError:  # a deleted slot
+        node = _UNSET
+    position = 1
+    while node is not tail:
+        _reject_non_block(node, previous, position, head, tail)
+        try:
+            back: object = node.prev_free_block  # type: ignore[attr-defined]  # a Block, checked above
+        except AttributeError:  # a deleted slot
+            back = _UNSET
+        if back is not previous:
+            first = _first_position(head, node, position - 1) if classify_repeats else 0
+            if first:
+                raise _repeat(node, first, position, head, tail)
+            raise violation(
+                SENTINEL_LINKAGE,
+                _at(position),
+                f"prev_free_block of {describe(node, head, tail)}",
+                f"{describe(previous, head, tail)} (position {position - 1})",
+                describe(back, head, tail),
+            )
+        if members is not None:
+            members.add(id(node))
+        previous = node  # type: ignore[assignment]  # a Block, checked above
+        try:
+            node = previous.next_free_block
+        except AttributeError:  # a deleted slot
+            node = _UNSET
+        position += 1
+    try:
+        before_tail: object = tail.prev_free_block
+    except AttributeError:  # a deleted slot
+        before_tail = _UNSET
+    if before_tail is not previous:
+        raise violation(
+            SENTINEL_LINKAGE,
+            _at(position),
+            f"prev_free_block of {describe(tail, head, tail)}",
+            f"{describe(previous, head, tail)} (position {position - 1})",
+            describe(before_tail, head, tail),
+        )
+    return position - 1
+
+
+def _repeat(block: object, first: int, again: int, head: Block, tail: Block) -> InvariantViolation:
+    """(3): ``block`` met at ``first`` and again at ``again`` on the forward walk."""
+    return violation(
+        NO_DUPLICATES,
+        _at(again),
+        f"{describe(block, head, tail)} met a second time",
+        "every block once, then the tail",
+        f"the same block at position {first} (a cycle of {again - first} "
+        f"block{'s' if again - first != 1 else ''} that never reaches the tail)",
+    )
+
+
+def _forward_length(queue: Any) -> int:
+    """Follow ``next_free_block`` alone from the head; return the blocks before the tail.
+
+    Raises (3) on a cycle, found with Brent's algorithm in O(n) time and O(1)
+    memory, and (1) if the walk meets anything but a block before the tail.
+    """
+    head, tail = _ends(queue)
+    anchor: object = head  # Brent's tortoise: jumps to the hare at each power of two
+    power = span = 1
+    previous: object = head
+    try:
+        node: object = head.next_free_block
+    except AttributeError:  # a deleted slot
+        node = _UNSET
+    position = 1
+    while node is not tail:
+        _reject_non_block(node, previous, position, head, tail)
+        if node is anchor:
+            # The cycle has ``span`` blocks; the first repeated block is where a
+            # walker started ``span`` steps ahead first meets one from the head.
+            lead: object = head
+            for _ in range(span):
+                lead = lead.next_free_block  # type: ignore[attr-defined]  # walked above
+            trail: object = head
+            first = 0
+            while trail is not lead:
+                trail = trail.next_free_block  # type: ignore[attr-defined]  # walked above
+                lead = lead.next_free_block  # type: ignore[attr-defined]  # walked above
+                first += 1
+            raise _repeat(trail, first, first + span, head, tail)
+        if span == power:
+            anchor = node
+            power *= 2
+            span = 0
+        previous = node
+        try:
+            node = node.next_free_block  # type: ignore[attr-defined]  # a Block, checked above
+        except AttributeError:  # a deleted slot
+            node = _UNSET
+        span += 1
+        position += 1
+    return position - 1
+
+
+def _counted(queue: Any, head: Block, tail: Block) -> int:
+    """Return ``num_free_blocks`` after checking it can be a count at all (2)."""
+    count = getattr(queue, "num_free_blocks", _UNSET)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise violation(
+            COUNT_CONSISTENCY,
+            "the queue",
+            "num_free_blocks",
+            "a non-negative int",
+            describe(count, head, tail) if not isinstance(count, int) else repr(count),
+        )
+    return count
+
+
+def _count_mismatch(count: int, length: int) -> InvariantViolation:
+    return violation(
+        COUNT_CONSISTENCY,
+        f"the tail, reached at {_at(length + 1)}",
+        "num_free_blocks",
+        f"{length} (the blocks between the sentinels)",
+        f"{count}",
+    )
+
+
+def check_sentinel_linkage(queue: Any) -> None:
+    """Check invariant (1): the sentinels bracket a chain whose links agree both ways.
+
+    Raises :class:`InvariantViolation` with ``invariant == "sentinel_linkage"``
+    on a cleared, skewed or outward-pointing link, or a sentinel in the wrong
+    place (a cycle shows as a skewed back link where it closes).
+
+    Runtime complexity: O(n)
+
+    >>> from verified_queue.queue import FreeBlockQueue
+    >>> queue = FreeBlockQueue([Block(), Block()])
+    >>> check_sentinel_linkage(queue)
+    >>> queue.fake_free_list_tail.prev_free_block = None
+    >>> check_sentinel_linkage(queue)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    verified_queue.errors.InvariantViolation: invariant 1 (sentinel_linkage) broken at position 3...
+    """
+    _linked_length(queue, classify_repeats=False)
+
+
+def check_count_consistency(queue: Any) -> None:
+    """Check invariant (2): ``num_free_blocks`` is the number of blocks between the sentinels.
+
+    Counts along ``next_free_block`` only, so it judges the count even when a
+    back link is skewed. Raises :class:`InvariantViolation` with
+    ``invariant == "count_consistency"`` when the count differs from the walk
+    (or is not a count at all); if the walk cannot reach the tail, the
+    violation names the family that stops it.
+
+    Runtime complexity: O(n)
+
+    >>> from verified_queue.queue import FreeBlockQueue
+    >>> queue = FreeBlockQueue([Block(), Block()])
+    >>> check_count_consistency(queue)
+    >>> queue.num_free_blocks = 3
+    >>> check_count_consistency(queue)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    verified_queue.errors.InvariantViolation: invariant 2 (count_consistency) ... expected 2 ...
+    """
+    head, tail = _ends(queue)
+    count = _counted(queue, head, tail)
+    previous: object = head
+    try:
+        node: object = head.next_free_block
+    except AttributeError:  # a deleted slot
+        node = _UNSET
+    length = 0
+    while node is not tail:
+        _reject_non_block(node, previous, length + 1, head, tail)
+        length += 1
+        if length > count:
+            # More blocks than counted, or a cycle: a second walk tells which.
+            raise _count_mismatch(count, _forward_length(queue))
+        previous = node
+        try:
+            node = node.next_free_block  # type: ignore[attr-defined]  # a Block, checked above
+        except AttributeError:  # a deleted slot
+            node = _UNSET
+    if length != count:
+        raise _count_mismatch(count, length)
+
+
+def check_no_duplicates(queue: Any) -> None:
+    """Check invariant (3): following ``next_free_block`` from the head meets no block twice.
+
+    Raises :class:`InvariantViolation` with ``invariant == "no_duplicates"`` on
+    a ring, a self-loop or a block spliced in twice, naming the first block
+    met again and both positions; if the walk meets something other than a
+    block before the tail, the violation is (1).
+
+    Runtime complexity: O(n), with O(1) extra memory
+
+    >>> from verified_queue.queue import FreeBlockQueue
+    >>> blocks = [Block(), Block()]
+    >>> queue = FreeBlockQueue(blocks)
+    >>> check_no_duplicates(queue)
+    >>> blocks[1].next_free_block = blocks[0]
+    >>> check_no_duplicates(queue)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    verified_queue.errors.InvariantViolation: invariant 3 (no_duplicates) broken at position 3 ...
+    """
+    _forward_length(queue)
+
+
+def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
+    """Check the rest of invariant (3): each block of ``blocks`` not in ``queue`` is detached.
+
+    Pass the blocks of this queue's pool only: a block legitimately linked in
+    another queue would be flagged. Walks the queue first (checking (1), and
+    (3) for repeats) to learn its members by ``id()``.
+
+    Runtime complexity: O(n + len(blocks)), with O(n) extra memory
+
+    >>> from verified_queue.queue import FreeBlockQueue
+    >>> pool = [Block(), Block()]
+    >>> queue = FreeBlockQueue(pool[:1])
+    >>> check_detached_outside(queue, pool)
+    >>> pool[1].next_free_block = pool[0]
+    >>> check_detached_outside(queue, pool)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    verified_queue.errors.InvariantViolation: invariant 3 (no_duplicates) broken at item 1 ...
+    """
+    members: set[int] = set()
+    _linked_length(queue, classify_repeats=True, members=members)
+    head = queue.fake_free_list_head
+    tail = queue.fake_free_list_tail
+    for index, block in enumerate(blocks):
+        if id(block) in members:
+            continue
+        before = getattr(block, "prev_free_block", _UNSET)
+        after = getattr(block, "next_free_block", _UNSET)
+        if before is not None or after is not None:
+            raise violation(
+                NO_DUPLICATES,
+                f"item {index} of the given blocks",
+                f"the links of {describe(block, head, tail)}, which is not in this queue",
+                "both None (detached)",
+                f"prev_free_block {describe(before, head, tail)}, "
+                f"next_free_block {describe(after, head, tail)}",
+            )
+
+
+def check_invariants(queue: Any, pool: Iterable[object] | None = None) -> None:
+    """Check invariants (1), (2) and (3) of ``queue``; return ``None`` if it is healthy.
+
+    One forward walk covers all three: it checks the linkage (1), reports a
+    block met twice as (3), and its length is compared with the count (2).
+    Where one fault breaks several families, the first found wins, in walk
+    order. With ``pool`` (the blocks of this queue's pool) it also checks that
+    every pool block outside the queue is detached.
+
+    Raises :class:`InvariantViolation`, and nothing else, on any damage.
+
+    Runtime complexity: O(n), plus O(len(pool)) with O(n) memory if ``pool`` is given
+
+    >>> from verified_queue.queue import FreeBlockQueue
+    >>> blocks = [Block() for _ in range(3)]
+    >>> queue = FreeBlockQueue(blocks)
+    >>> check_invariants(queue, pool=blocks)
+    >>> blocks[1].prev_free_block = blocks[2]
+    >>> check_invariants(queue)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    verified_queue.errors.InvariantViolation: invariant 1 (sentinel_linkage) broken at position 2...
+    """
+    length = _linked_length(queue, classify_repeats=True)
+    head, tail = _ends(queue)
+    count = _counted(queue, head, tail)
+    if count != length:
+        raise _count_mismatch(count, length)
+    if pool is not None:
+        check_detached_outside(queue, pool)
