@@ -64,6 +64,8 @@ DEFAULT_FULL_CHECK_EVERY: Final[int | None] = 1 if _switch.CHECK_LEVEL == "full"
 
 B = TypeVar("B", bound=Block)
 
+_ABSENT: Final = object()
+
 
 class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     """A :class:`FreeBlockQueue` that checks itself at every operation (check mode).
@@ -135,7 +137,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         block = self.fake_free_list_head.next_free_block
         position = 1
         while block is not tail:
-            if members.get(id(block)) is not block:
+            if members.get(id(block), _ABSENT) is not block:
                 raise violation(
                     NO_DUPLICATES,
                     f"position {position} of the forward walk (head = 0)",
@@ -151,7 +153,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     # ``where`` arguments are constant strings: a message is built only on failure.
 
     def _is_member(self, node: object) -> bool:
-        return self._members.get(id(node)) is node
+        # The default must be no possible node: with get()'s None, None would be a member.
+        return self._members.get(id(node), _ABSENT) is node
 
     def _expect_count(self, where: str) -> None:
         """(2): ``num_free_blocks`` equals the membership's size."""
@@ -192,6 +195,15 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         for position in range(1, steps + 2):
             node = previous.next_free_block
             if node is tail:
+                if tail.next_free_block is not None:
+                    # popleft tells an empty queue by the tail's missing successor.
+                    raise violation(
+                        SENTINEL_LINKAGE,
+                        where,
+                        f"next_free_block of {describe(tail, head, tail)}",
+                        "None",
+                        describe(tail.next_free_block, head, tail),
+                    )
                 if position - 1 != len(self._members):
                     # The links agree up to the tail, but the chain is not the membership.
                     raise violation(

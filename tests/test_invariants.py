@@ -1,0 +1,488 @@
+"""The invariant checkers: diagnostics, totality on any damage, identity, no false positives."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import re
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from verified_queue import (
+    AlreadyInQueueError,
+    Block,
+    CheckedFreeBlockQueue,
+    EmptyQueueError,
+    InvariantViolation,
+    NegativeCountError,
+    NotInQueueError,
+    QueueError,
+)
+from verified_queue.errors import INVARIANT_FAMILIES
+from verified_queue.invariants import (
+    COUNT_CONSISTENCY,
+    NO_DUPLICATES,
+    SENTINEL_LINKAGE,
+    check_count_consistency,
+    check_detached_outside,
+    check_invariants,
+    check_no_duplicates,
+    check_sentinel_linkage,
+)
+from verified_queue.queue import FreeBlockQueue
+
+CHECKERS: list[Callable[[FreeBlockQueue[Block]], None]] = [
+    check_invariants,
+    check_sentinel_linkage,
+    check_count_consistency,
+    check_no_duplicates,
+]
+
+
+def raised(checker: Callable[..., None], *args: object) -> InvariantViolation | None:
+    """Run ``checker``; return the violation it raised, or ``None`` if it passed."""
+    try:
+        checker(*args)
+    except InvariantViolation as violation:
+        return violation
+    return None
+
+
+def queue_of(size: int) -> tuple[FreeBlockQueue[Block], list[Block]]:
+    """A healthy production queue of ``size`` fresh blocks, and the blocks."""
+    blocks = [Block() for _ in range(size)]
+    return FreeBlockQueue(blocks), blocks
+
+
+# ------------------------------------------------------------ the error type
+
+
+def test_invariant_violation_is_a_queue_error_and_an_assertion_error() -> None:
+    """InvariantViolation is caught by ``except QueueError`` and by ``except AssertionError``."""
+    error = InvariantViolation("message", SENTINEL_LINKAGE)
+    assert isinstance(error, QueueError)
+    assert isinstance(error, AssertionError)
+    assert error.invariant == SENTINEL_LINKAGE
+    assert str(error) == "message"
+
+
+def test_invariant_violation_accepts_only_the_three_families() -> None:
+    """An unknown family name is refused when the error is built."""
+    assert INVARIANT_FAMILIES == (SENTINEL_LINKAGE, COUNT_CONSISTENCY, NO_DUPLICATES)
+    with pytest.raises(ValueError, match="unknown invariant family"):
+        InvariantViolation("message", "linkage")
+
+
+def test_invariant_violation_survives_pickling_with_its_family() -> None:
+    """A pickled violation comes back with the same message and family."""
+    error = InvariantViolation("count is off", COUNT_CONSISTENCY)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is InvariantViolation
+    assert (str(copy), copy.invariant) == ("count is off", COUNT_CONSISTENCY)
+
+
+# ------------------------------------------------------------- diagnostics
+
+
+def test_healthy_queues_of_every_small_size_pass_every_checker() -> None:
+    """Every checker returns None on healthy queues of 0 to 6 blocks."""
+    for size in range(7):
+        queue, blocks = queue_of(size)
+        for checker in CHECKERS:
+            assert raised(checker, queue) is None, (size, checker.__name__)
+        assert raised(check_detached_outside, queue, [*blocks, Block()]) is None
+
+
+def test_skewed_back_link_diagnostic_names_position_block_expected_and_found() -> None:
+    """A skewed prev link is reported with its invariant, position, block, expected and found."""
+    queue, blocks = queue_of(4)
+    blocks[2].prev_free_block = blocks[0]
+    violation = raised(check_invariants, queue)
+    assert violation is not None
+    assert violation.invariant == SENTINEL_LINKAGE
+    message = str(violation)
+    assert message.startswith("invariant 1 (sentinel_linkage) broken at position 3 ")
+    assert f"prev_free_block of {blocks[2]!r}" in message
+    assert f"expected {blocks[1]!r} (position 2)" in message
+    assert message.endswith(f"found {blocks[0]!r}")
+
+
+def test_ring_diagnostic_names_the_first_repeated_block_and_the_cycle_length() -> None:
+    """A ring is reported as no_duplicates at the block met twice, with both positions."""
+    queue, blocks = queue_of(6)
+    blocks[5].next_free_block = blocks[2]
+    for checker in (check_invariants, check_no_duplicates):
+        violation = raised(checker, queue)
+        assert violation is not None
+        assert violation.invariant == NO_DUPLICATES
+        assert str(violation).startswith("invariant 3 (no_duplicates) broken at position 7 ")
+        assert f"{blocks[2]!r} met a second time" in str(violation)
+        assert "at position 3 (a cycle of 4 blocks" in str(violation)
+
+
+def test_count_diagnostic_gives_the_walked_length_and_the_stored_count() -> None:
+    """A count that is too low is reported with the real length, found by a second walk."""
+    queue, _ = queue_of(5)
+    queue.num_free_blocks = 2
+    for checker in (check_invariants, check_count_consistency):
+        violation = raised(checker, queue)
+        assert violation is not None
+        assert violation.invariant == COUNT_CONSISTENCY
+        assert "expected 5 (the blocks between the sentinels), found 2" in str(violation)
+
+
+def test_a_foreign_sentinel_is_named_as_another_queue_s() -> None:
+    """A link into another queue's sentinel is sentinel_linkage naming that sentinel."""
+    queue, blocks = queue_of(2)
+    other, _ = queue_of(1)
+    blocks[0].next_free_block = other.fake_free_list_tail
+    violation = raised(check_sentinel_linkage, queue)
+    assert violation is not None
+    assert violation.invariant == SENTINEL_LINKAGE
+    assert f"found another queue's {other.fake_free_list_tail!r}" in str(violation)
+
+
+# ----------------------------------------------------- totality on any damage
+
+
+class _NotABlock:
+    """An object outside code might write into a link; it has no links of its own."""
+
+
+@pytest.mark.parametrize(
+    "value", [None, 7, "text", 2.5, _NotABlock(), object()], ids=lambda v: type(v).__name__
+)
+def test_checkers_reject_any_non_block_in_a_link_with_sentinel_linkage(value: object) -> None:
+    """Any non-block in a link gives sentinel_linkage from every checker, never another error."""
+    for link in ("prev_free_block", "next_free_block"):
+        queue, blocks = queue_of(3)
+        setattr(blocks[1], link, value)
+        for checker in (check_invariants, check_sentinel_linkage):
+            violation = raised(checker, queue)
+            assert violation is not None
+            assert violation.invariant == SENTINEL_LINKAGE
+        if link == "next_free_block":
+            for checker in (check_count_consistency, check_no_duplicates):
+                violation = raised(checker, queue)
+                assert violation is not None
+                assert violation.invariant == SENTINEL_LINKAGE
+
+
+def test_checkers_treat_a_deleted_link_slot_as_a_broken_link() -> None:
+    """A link slot deleted with ``del`` is reported as an unset link, not an AttributeError."""
+    for link in ("prev_free_block", "next_free_block"):
+        for index in range(3):
+            queue, blocks = queue_of(3)
+            delattr(blocks[index], link)
+            violation = raised(check_invariants, queue)
+            assert violation is not None
+            assert "an unset link slot" in str(violation)
+            for checker in CHECKERS[1:]:
+                raised(checker, queue)  # passes or flags; any other exception fails the test
+    queue, _ = queue_of(1)
+    del queue.fake_free_list_head.prev_free_block
+    violation = raised(check_sentinel_linkage, queue)
+    assert violation is not None
+    assert violation.invariant == SENTINEL_LINKAGE
+
+
+def test_checkers_reject_a_queue_whose_sentinels_were_replaced() -> None:
+    """A queue whose sentinel attribute holds no sentinel, or the same one twice, is flagged."""
+    for value in (None, Block(), 3):
+        queue, _ = queue_of(2)
+        queue.fake_free_list_head = value  # type: ignore[assignment]  # the damage under test
+        for checker in CHECKERS:
+            violation = raised(checker, queue)
+            assert violation is not None
+            assert violation.invariant == SENTINEL_LINKAGE
+    queue, _ = queue_of(0)
+    queue.fake_free_list_tail = queue.fake_free_list_head
+    assert raised(check_invariants, queue) is not None
+
+
+@pytest.mark.parametrize("count", [-1, None, "2", 2.0, True])
+def test_checkers_reject_a_count_that_is_not_a_count(count: object) -> None:
+    """A negative or non-int count is count_consistency for the checkers that read it."""
+    queue, _ = queue_of(2)
+    queue.num_free_blocks = count  # type: ignore[assignment]  # the damage under test
+    for checker in (check_invariants, check_count_consistency):
+        violation = raised(checker, queue)
+        assert violation is not None
+        assert violation.invariant == COUNT_CONSISTENCY
+    assert raised(check_sentinel_linkage, queue) is None
+
+
+class _LoudRepr(Block):
+    """A block whose repr raises, as a careless user subclass's might."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr failed")
+
+
+def test_a_block_whose_repr_raises_still_gets_a_diagnostic() -> None:
+    """The diagnostic falls back to type and identity when a block's repr raises."""
+    blocks = [_LoudRepr(), _LoudRepr()]
+    queue = FreeBlockQueue(blocks)
+    blocks[1].prev_free_block = None
+    violation = raised(check_invariants, queue)
+    assert violation is not None
+    assert f"<_LoudRepr at {id(blocks[1]):#x}>" in str(violation)
+
+
+def test_checkers_end_on_a_long_ring_and_a_long_chain_without_recursion() -> None:
+    """A 100,000-block queue passes, and a ring closing at its far end is found, no recursion."""
+    queue, blocks = queue_of(100_000)
+    for checker in CHECKERS:
+        assert raised(checker, queue) is None
+    blocks[-1].next_free_block = blocks[10]
+    violation = raised(check_no_duplicates, queue)
+    assert violation is not None
+    assert violation.invariant == NO_DUPLICATES
+    assert "at position 11 (a cycle of 99990 blocks" in str(violation)
+    for checker in CHECKERS:
+        assert raised(checker, queue) is not None
+
+
+def test_a_chain_that_runs_into_another_queue_is_flagged_by_every_checker() -> None:
+    """A link into the middle of another queue is caught even though that queue ends properly."""
+    queue, blocks = queue_of(3)
+    other, other_blocks = queue_of(3)
+    blocks[1].next_free_block = other_blocks[1]
+    assert [getattr(raised(checker, queue), "invariant", None) for checker in CHECKERS] == [
+        SENTINEL_LINKAGE,
+        SENTINEL_LINKAGE,
+        SENTINEL_LINKAGE,  # the walk meets the other queue's tail before the count runs out
+        SENTINEL_LINKAGE,
+    ]
+    assert raised(check_invariants, other) is None
+
+
+# ---------------------------------------------------------- identity only
+
+
+TRIPPED: list[str] = []
+
+
+class Tripwire(Block):
+    """A block whose ``==`` and hash record the call and raise."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        TRIPPED.append("__eq__")
+        raise AssertionError("a checker compared blocks with ==")
+
+    def __hash__(self) -> int:
+        TRIPPED.append("__hash__")
+        raise AssertionError("a checker hashed a block")
+
+
+def same(left: list[Tripwire], right: list[Tripwire]) -> bool:
+    """Whether two lists hold the same blocks in the same order, by identity."""
+    return len(left) == len(right) and all(a is b for a, b in zip(left, right, strict=True))
+
+
+def _damages(blocks: list[Tripwire], queue: FreeBlockQueue[Tripwire]) -> list[Callable[[], None]]:
+    def ring() -> None:
+        blocks[-1].next_free_block = blocks[1]
+
+    def self_loop() -> None:
+        blocks[2].next_free_block = blocks[2]
+
+    def skew() -> None:
+        blocks[2].prev_free_block = blocks[0]
+
+    def cleared() -> None:
+        blocks[1].next_free_block = None
+
+    def count() -> None:
+        queue.num_free_blocks += 1
+
+    def outsider() -> None:
+        blocks[-1].next_free_block = Tripwire()
+
+    return [ring, self_loop, skew, cleared, count, outsider]
+
+
+def test_checkers_never_call_a_block_s_eq_or_hash() -> None:
+    """Every checker, passing or flagging damage, leaves a tripwire block's == and hash alone."""
+    TRIPPED.clear()
+    for index in range(6):
+        blocks = [Tripwire() for _ in range(5)]
+        queue: FreeBlockQueue[Tripwire] = FreeBlockQueue(blocks)
+        pool = [*blocks, Tripwire()]
+        for checker in CHECKERS:
+            assert raised(checker, queue) is None
+        assert raised(check_detached_outside, queue, pool) is None
+        _damages(blocks, queue)[index]()
+        assert raised(check_invariants, queue) is not None
+        for checker in CHECKERS[1:]:
+            raised(checker, queue)
+        raised(check_detached_outside, queue, pool)
+    assert TRIPPED == []
+
+
+def test_check_mode_never_calls_a_block_s_eq_or_hash() -> None:
+    """Check-mode operations, their rejections and their full checks never touch == or hash."""
+    TRIPPED.clear()
+    blocks = [Tripwire() for _ in range(6)]
+    queue = CheckedFreeBlockQueue(blocks[:4], full_check_every=1)
+    other = CheckedFreeBlockQueue(blocks[4:5])
+    queue.remove(blocks[1])
+    queue.append(blocks[1])
+    queue.append_n([blocks[5]])
+    assert queue.popleft() is blocks[0]
+    assert same(queue.popleft_n(2), [blocks[2], blocks[3]])
+    assert blocks[1] in queue
+    assert blocks[4] not in queue
+    assert same(list(queue), queue.get_all_free_blocks())
+    misuses: list[tuple[Callable[[], object], type[QueueError]]] = [
+        (lambda: queue.remove(blocks[4]), NotInQueueError),
+        (lambda: queue.remove(blocks[0]), NotInQueueError),
+        (lambda: queue.append(blocks[1]), AlreadyInQueueError),
+        (lambda: other.append_n([blocks[0], blocks[0]]), AlreadyInQueueError),
+    ]
+    for misuse, error in misuses:
+        with pytest.raises(error):
+            misuse()
+    blocks[1].prev_free_block = None
+    with pytest.raises(InvariantViolation):
+        queue.popleft()
+    assert TRIPPED == []
+
+
+# ------------------------------------------------------- no false positives
+
+
+def _random_step(  # noqa: PLR0911 -- one return per kind of operation keeps the dispatch flat
+    rng: random.Random,
+    queue: FreeBlockQueue[Block],
+    model: list[Block],
+    outside: list[Block],
+    foreign: list[Block] | None,
+) -> list[Block]:
+    """Apply one random operation, or a misuse the queue must reject; return the new model."""
+    roll = rng.random()
+    if roll < 0.2:
+        if not model:
+            with pytest.raises(EmptyQueueError):
+                queue.popleft()
+            return model
+        assert queue.popleft() is model[0]
+        return model[1:]
+    if roll < 0.3:
+        n = rng.randint(-1, len(model) + 1)
+        if not 0 <= n <= len(model):
+            with pytest.raises((EmptyQueueError, NegativeCountError)):
+                queue.popleft_n(n)
+            return model
+        assert queue.popleft_n(n) == model[:n]
+        return model[n:]
+    if roll < 0.5 and model:
+        block = rng.choice(model)
+        queue.remove(block)
+        return [b for b in model if b is not block]
+    if roll < 0.7 and outside:
+        block = rng.choice(outside)
+        queue.append(block)
+        return [*model, block]
+    if roll < 0.8:
+        batch = rng.sample(outside, min(len(outside), rng.randint(0, 3)))
+        queue.append_n(iter(batch))
+        return model + batch
+    if roll < 0.9 and model:
+        with pytest.raises(AlreadyInQueueError):
+            queue.append(rng.choice(model))  # a double free
+    elif roll < 0.95 and outside:
+        with pytest.raises(NotInQueueError):
+            queue.remove(rng.choice(outside))  # linked nowhere
+    elif foreign:
+        with pytest.raises(NotInQueueError):
+            queue.remove(rng.choice(foreign))  # linked in another queue: check mode only
+    return model
+
+
+def _random_workload(
+    seed: int, steps: int, checked: bool, check: Callable[..., None] = check_invariants
+) -> int:
+    """Run ``steps`` random operations, misuse included, checking both queues after each.
+
+    Returns the number of checks that ran; a false positive raises.
+    """
+    rng = random.Random(seed)
+    universe = [Block() for _ in range(48)]
+
+    def make(blocks: list[Block]) -> FreeBlockQueue[Block]:
+        if checked:
+            return CheckedFreeBlockQueue(blocks, full_check_every=rng.randint(1, 50))
+        return FreeBlockQueue(blocks)
+
+    queue = make(universe[:24])
+    model = list(universe[:24])
+    other_blocks = [Block() for _ in range(4)]
+    other = make(other_blocks)
+    checks = 0
+    for _ in range(steps):
+        members = {id(block) for block in model}
+        outside = [block for block in universe if id(block) not in members]
+        model = _random_step(rng, queue, model, outside, other_blocks if checked else None)
+        if check is check_invariants:
+            check(queue, universe)
+        else:
+            check(queue)
+        check(other)
+        checks += 2
+        assert queue.get_all_free_blocks() == model
+    return checks
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_false_positive_after_a_long_random_workload(seed: int) -> None:
+    """Healthy queues are never flagged by any checker through 3,000 random operations each."""
+    for checker in CHECKERS:
+        assert _random_workload(seed, 3_000, checked=False, check=checker) == 6_000
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_no_false_positive_in_check_mode_after_a_long_random_workload(seed: int) -> None:
+    """Check mode, with frequent full checks, never flags a queue used correctly."""
+    assert _random_workload(seed, 3_000, checked=True) == 6_000
+
+
+@given(st.integers(min_value=0, max_value=2**32 - 1), st.booleans())
+def test_no_false_positive_on_generated_workloads(seed: int, checked: bool) -> None:
+    """Hypothesis-chosen workloads never make a checker flag a healthy queue."""
+    _random_workload(seed, 200, checked=checked)
+
+
+def test_the_diagnostic_format_is_stable() -> None:
+    """Every violation reads 'invariant N (family) broken at WHERE: WHAT: expected X, found Y'."""
+    shape = re.compile(r"^invariant [123] \((\w+)\) broken at .+: .+: expected .+, found .+$", re.S)
+    for damage in ("cleared", "ring", "count", "after tail", "outsider"):
+        queue, blocks = queue_of(3)
+        if damage == "cleared":
+            blocks[0].next_free_block = None
+        elif damage == "ring":
+            blocks[2].next_free_block = blocks[0]
+        elif damage == "count":
+            queue.num_free_blocks = 9
+        elif damage == "after tail":
+            queue.fake_free_list_tail.next_free_block = blocks[1]
+        else:
+            check_detached_outside(queue, [*blocks, Block()])
+            outsider = Block()
+            outsider.prev_free_block = blocks[0]
+            violation = raised(check_detached_outside, queue, [outsider])
+            assert violation is not None
+            assert shape.match(str(violation)) is not None, str(violation)
+            continue
+        violation = raised(check_invariants, queue)
+        assert violation is not None
+        match = shape.match(str(violation))
+        assert match is not None, str(violation)
+        assert match.group(1) == violation.invariant
