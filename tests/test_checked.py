@@ -1,0 +1,411 @@
+"""Check mode: the production queue's results, and each misuse caught where it happens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from verified_queue import (
+    AlreadyInQueueError,
+    Block,
+    CheckedFreeBlockQueue,
+    InvariantViolation,
+    NotInQueueError,
+    QueueError,
+)
+from verified_queue.checked import MIN_FULL_CHECK_PERIOD
+from verified_queue.invariants import (
+    COUNT_CONSISTENCY,
+    NO_DUPLICATES,
+    SENTINEL_LINKAGE,
+    check_invariants,
+)
+from verified_queue.queue import FreeBlockQueue
+
+
+def same(left: list[Block], right: list[Block]) -> bool:
+    """Whether two lists hold the same blocks in the same order, by identity."""
+    return len(left) == len(right) and all(a is b for a, b in zip(left, right, strict=True))
+
+
+def checked(size: int, **options: int | None) -> tuple[CheckedFreeBlockQueue[Block], list[Block]]:
+    """A check-mode queue of ``size`` fresh blocks, and the blocks."""
+    blocks = [Block() for _ in range(size)]
+    return CheckedFreeBlockQueue(blocks, **options), blocks
+
+
+# ------------------------------------------------------ same API, same results
+
+OPERATION_CODES = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=8), st.integers(min_value=0, max_value=15)),
+    max_size=60,
+)
+
+
+def _remove(queue: FreeBlockQueue[Block], universe: list[Block], pick: int) -> object:
+    queue.remove(universe[pick])
+    return None
+
+
+def _append(queue: FreeBlockQueue[Block], universe: list[Block], pick: int) -> object:
+    queue.append(universe[pick])
+    return None
+
+
+def _append_n(queue: FreeBlockQueue[Block], universe: list[Block], pick: int) -> object:
+    queue.append_n([universe[pick], universe[(pick * 7) % len(universe)]])
+    return None
+
+
+#: Operation codes for generated call sequences; each takes (queue, universe, pick).
+ACTIONS: list[Callable[[FreeBlockQueue[Block], list[Block], int], object]] = [
+    lambda queue, _universe, _pick: queue.popleft(),
+    lambda queue, _universe, pick: queue.popleft_n(pick % 4 - 1),
+    _remove,
+    _remove,
+    _append,
+    _append,
+    _append_n,
+    lambda queue, universe, pick: universe[pick] in queue,
+    lambda queue, _universe, _pick: (len(queue), bool(queue), list(queue)),
+]
+
+
+def _apply(queue: FreeBlockQueue[Block], universe: list[Block], code: int, pick: int) -> object:
+    """Run operation ``code`` on ``queue``, naming blocks of ``universe`` by index ``pick``."""
+    return ACTIONS[code](queue, universe, pick)
+
+
+def _outcome(call: Callable[[], object], universe: list[Block]) -> object:
+    """The result as block indexes, or the error's type: comparable across two universes."""
+
+    def index(value: object) -> object:
+        if isinstance(value, Block):
+            return next(i for i, b in enumerate(universe) if b is value)
+        if isinstance(value, list):
+            return [index(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(index(item) for item in value)
+        return value
+
+    try:
+        return index(call())
+    except QueueError as error:
+        return type(error)
+
+
+@given(OPERATION_CODES, st.integers(min_value=0, max_value=16))
+def test_check_mode_gives_the_production_queue_s_results(
+    operations: list[tuple[int, int]], initial: int
+) -> None:
+    """Any sequence of calls, misuse included, returns and raises alike in both queues."""
+    production_blocks = [Block() for _ in range(16)]
+    checked_blocks = [Block() for _ in range(16)]
+    production = FreeBlockQueue(production_blocks[:initial])
+    queue = CheckedFreeBlockQueue(checked_blocks[:initial], full_check_every=3)
+    for code, pick in operations:
+        expected = _outcome(
+            partial(_apply, production, production_blocks, code, pick), production_blocks
+        )
+        got = _outcome(partial(_apply, queue, checked_blocks, code, pick), checked_blocks)
+        assert got == expected, (code, pick)
+    check_invariants(queue, pool=checked_blocks)
+    queue.full_check()
+
+
+def test_constructor_rejects_a_linked_block_and_keeps_no_membership() -> None:
+    """A linked block in the constructor's batch raises AlreadyInQueueError, as in production."""
+    linked = FreeBlockQueue([Block()]).popleft()
+    owner = FreeBlockQueue([linked])
+    with pytest.raises(AlreadyInQueueError):
+        CheckedFreeBlockQueue([Block(), linked])
+    check_invariants(owner)
+
+
+def test_checked_queue_declares_slots_and_names_its_class_in_repr() -> None:
+    """The subclass adds its state in __slots__ (no __dict__) and reprs like the production one."""
+    queue, _ = checked(2)
+    assert not hasattr(queue, "__dict__")
+    assert repr(queue) == "<CheckedFreeBlockQueue with 2 free blocks>"
+
+
+def test_full_check_every_must_be_a_positive_int_or_none() -> None:
+    """Zero, negative, fractional and boolean periods are refused."""
+    for period in (0, -1, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="full_check_every"):
+            CheckedFreeBlockQueue(full_check_every=period)  # type: ignore[arg-type]  # the misuse under test
+
+
+class _CountingQueue(CheckedFreeBlockQueue[Block]):
+    """A checked queue that counts its full checks."""
+
+    __slots__ = ("full_checks",)
+
+    def __init__(self, blocks: list[Block], full_check_every: int | None) -> None:
+        self.full_checks = 0
+        super().__init__(blocks, full_check_every=full_check_every)
+
+    def full_check(self) -> None:
+        self.full_checks += 1
+        super().full_check()
+
+
+def test_full_check_runs_every_k_operations() -> None:
+    """With full_check_every=3 the full check runs every third operation, the constructor's too."""
+    queue = _CountingQueue([Block()], full_check_every=3)
+    for _ in range(10):  # with the constructor's append_n, 11 operations
+        queue.append(queue.popleft())  # two operations each
+    assert queue.full_checks == 21 // 3
+
+
+def test_default_period_is_max_of_1000_and_the_length() -> None:
+    """By default the full check runs every 1000 operations, or every len(queue) if longer."""
+    small = _CountingQueue([Block() for _ in range(10)], full_check_every=None)
+    for _ in range(MIN_FULL_CHECK_PERIOD):
+        small.append(small.popleft())
+    assert small.full_checks == 2  # operations 1000 and 2000 of 2001
+    large = _CountingQueue([Block() for _ in range(3000)], full_check_every=None)
+    for _ in range(3000):
+        large.append(large.popleft())
+    assert large.full_checks == 2  # at operation 1000, then 3000 operations later
+
+
+def test_iteration_and_listing_run_the_full_check() -> None:
+    """Iterating or listing a damaged check-mode queue raises before yielding a block."""
+    for read in (list, CheckedFreeBlockQueue.get_all_free_blocks):
+        queue, blocks = checked(4)
+        blocks[2].prev_free_block = blocks[0]
+        with pytest.raises(InvariantViolation) as caught:
+            read(queue)
+        assert caught.value.invariant == SENTINEL_LINKAGE
+
+
+def test_iteration_stays_live_and_rejects_removing_the_current_block() -> None:
+    """Appending during iteration is seen, as in production; removing the current block raises."""
+    queue, blocks = checked(2)
+    extra = Block()
+    seen = []
+    for block in queue:
+        seen.append(block)
+        if block is blocks[0]:
+            queue.append(extra)
+    assert same(seen, [*blocks, extra])
+
+    def remove_while_iterating() -> None:
+        for block in queue:
+            queue.remove(block)
+
+    with pytest.raises(NotInQueueError, match="left the queue while an iteration"):
+        remove_while_iterating()
+
+
+def test_contains_answers_from_the_membership() -> None:
+    """``in`` is true for members only, not for detached blocks, sentinels or foreign blocks."""
+    queue, blocks = checked(3)
+    _other, other_blocks = checked(1)
+    assert all(block in queue for block in blocks)
+    assert Block() not in queue
+    assert other_blocks[0] not in queue
+    assert queue.fake_free_list_head not in queue
+    assert None not in queue
+
+
+# -------------------------------------------------------------- misuse classes
+
+
+def test_foreign_remove_is_rejected_in_check_mode_with_both_queues_unchanged() -> None:
+    """remove() of a block linked in another queue raises NotInQueueError and changes nothing."""
+    queue, blocks = checked(3)
+    other, other_blocks = checked(3)
+    with pytest.raises(NotInQueueError, match="linked in another queue"):
+        queue.remove(other_blocks[1])
+    assert same(queue.get_all_free_blocks(), blocks)
+    assert same(other.get_all_free_blocks(), other_blocks)
+    assert (len(queue), len(other)) == (3, 3)
+
+
+def test_foreign_remove_silently_corrupts_the_production_queue() -> None:
+    """The same call on production queues succeeds and leaves both counts wrong."""
+    blocks = [Block() for _ in range(3)]
+    other_blocks = [Block() for _ in range(3)]
+    queue, other = FreeBlockQueue(blocks), FreeBlockQueue(other_blocks)
+    queue.remove(other_blocks[1])
+    for damaged in (queue, other):
+        with pytest.raises(InvariantViolation) as caught:
+            check_invariants(damaged)
+        assert caught.value.invariant == COUNT_CONSISTENCY
+
+
+def test_double_free_is_rejected_and_leaves_the_queue_unchanged() -> None:
+    """Appending a block that is already linked, alone or in a batch, raises AlreadyInQueueError."""
+    queue, blocks = checked(3)
+    fresh = Block()
+    misuses: list[Callable[[], None]] = [
+        lambda: queue.append(blocks[1]),
+        lambda: queue.append_n([fresh, blocks[2]]),
+        lambda: queue.append_n([fresh, fresh]),
+    ]
+    for misuse in misuses:
+        with pytest.raises(AlreadyInQueueError):
+            misuse()
+        assert same(queue.get_all_free_blocks(), blocks)
+        assert fresh.prev_free_block is None
+        assert fresh.next_free_block is None
+
+
+def test_double_free_of_a_block_whose_links_were_cleared_is_caught() -> None:
+    """A member whose links outside code cleared is refused by append, not linked a second time."""
+    appends: list[Callable[[CheckedFreeBlockQueue[Block], Block], None]] = [
+        lambda q, b: q.append(b),
+        lambda q, b: q.append_n([b]),
+    ]
+    for append in appends:
+        queue, blocks = checked(3)
+        blocks[1].prev_free_block = blocks[1].next_free_block = None
+        with pytest.raises(InvariantViolation, match="cleared by outside code") as caught:
+            append(queue, blocks[1])
+        assert caught.value.invariant == SENTINEL_LINKAGE
+    # Production accepts it and ends up with the block twice in the walk's reach.
+    blocks = [Block() for _ in range(3)]
+    production = FreeBlockQueue(blocks)
+    blocks[1].prev_free_block = blocks[1].next_free_block = None
+    production.append(blocks[1])
+    with pytest.raises(InvariantViolation):
+        check_invariants(production)
+
+
+@dataclass(frozen=True)
+class _Corruption:
+    """A hand-written link, and an operation that touches it next."""
+
+    label: str
+    write: Callable[[CheckedFreeBlockQueue[Block], list[Block]], None]
+    operation: Callable[[CheckedFreeBlockQueue[Block], list[Block]], object]
+
+
+CORRUPTIONS = [
+    _Corruption(
+        "front block's prev cleared",
+        lambda _q, b: setattr(b[0], "prev_free_block", None),
+        lambda q, _b: q.popleft(),
+    ),
+    _Corruption(
+        "second block's prev skewed",
+        lambda _q, b: setattr(b[1], "prev_free_block", b[3]),
+        lambda q, _b: q.popleft(),
+    ),
+    _Corruption(
+        "last block's next into another queue",
+        lambda _q, b: setattr(
+            b[4], "next_free_block", FreeBlockQueue([Block()]).fake_free_list_tail
+        ),
+        lambda q, _b: q.append(Block()),
+    ),
+    _Corruption(
+        "tail's prev skipping a block",
+        lambda q, b: setattr(q.fake_free_list_tail, "prev_free_block", b[3]),
+        lambda q, _b: q.append_n([Block()]),
+    ),
+    _Corruption(
+        "neighbour's next cleared",
+        lambda _q, b: setattr(b[1], "next_free_block", None),
+        lambda q, b: q.remove(b[2]),
+    ),
+    _Corruption(
+        "run crosses a skewed link",
+        lambda _q, b: setattr(b[3], "prev_free_block", b[0]),
+        lambda q, _b: q.popleft_n(4),
+    ),
+    _Corruption(
+        "ring closed from the back",
+        lambda _q, b: setattr(b[4], "next_free_block", b[2]),
+        lambda q, _b: q.append(Block()),
+    ),
+]
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS, ids=lambda c: c.label)
+def test_outside_link_corruption_is_caught_by_the_next_operation_that_touches_it(
+    corruption: _Corruption,
+) -> None:
+    """A hand-written link raises a violation at the next operation near it, writing nothing."""
+    queue, blocks = checked(5)
+    corruption.write(queue, blocks)
+    links = [(b.prev_free_block, b.next_free_block) for b in blocks]
+    with pytest.raises(InvariantViolation) as caught:
+        corruption.operation(queue, blocks)
+    assert caught.value.invariant == SENTINEL_LINKAGE
+    assert all(
+        (b.prev_free_block, b.next_free_block) == link
+        for b, link in zip(blocks, links, strict=True)
+    )
+
+
+def test_corruption_far_from_the_operations_is_caught_by_the_periodic_full_check() -> None:
+    """Damage beyond the O(1) checks' reach is caught within full_check_every operations."""
+    queue, blocks = checked(10, full_check_every=50)
+    queue.full_check()  # start a fresh period
+    blocks[5].prev_free_block = blocks[2]
+    family = None
+    operations = 0
+    while operations < 100 and family is None:
+        try:
+            queue.append(Block())  # the back is healthy: only the full check sees the damage
+        except InvariantViolation as violation:
+            family = violation.invariant
+        else:
+            operations += 1
+    assert family == SENTINEL_LINKAGE
+    assert operations == 49  # the 50th operation since the last full check runs it first
+
+
+def test_full_check_every_operation_catches_far_corruption_at_the_next_operation() -> None:
+    """With full_check_every=1 the next operation of any kind raises, before it acts."""
+    queue, blocks = checked(10, full_check_every=1)
+    blocks[5].prev_free_block = blocks[2]
+    with pytest.raises(InvariantViolation):
+        queue.append(Block())
+    assert len(queue) == 10
+
+
+@pytest.mark.parametrize("drift", [-1, 1, 5])
+def test_count_drift_is_caught_at_the_next_operation(drift: int) -> None:
+    """An overwritten count raises count_consistency at the next operation, even len()."""
+    operations: list[Callable[[CheckedFreeBlockQueue[Block], list[Block]], object]] = [
+        lambda q, _b: len(q),
+        lambda q, _b: bool(q),
+        lambda q, _b: q.popleft(),
+        lambda q, _b: q.popleft_n(1),
+        lambda q, b: q.remove(b[2]),
+        lambda q, _b: q.append(Block()),
+        lambda q, _b: q.append_n([]),
+        lambda q, _b: list(q),
+    ]
+    for operation in operations:
+        queue, blocks = checked(4)
+        queue.num_free_blocks += drift
+        with pytest.raises(InvariantViolation, match="num_free_blocks") as caught:
+            operation(queue, blocks)
+        assert caught.value.invariant == COUNT_CONSISTENCY
+
+
+def test_a_block_spliced_in_by_outside_code_is_named_on_remove_and_by_the_full_check() -> None:
+    """A block linked in by hand, count adjusted, is no member: remove and full_check say so."""
+    queue, blocks = checked(3)
+    intruder = Block()
+    intruder.prev_free_block, intruder.next_free_block = blocks[0], blocks[1]
+    blocks[0].next_free_block = blocks[1].prev_free_block = intruder
+    with pytest.raises(InvariantViolation, match="linked in by outside code") as caught:
+        queue.remove(intruder)
+    assert caught.value.invariant == NO_DUPLICATES
+    queue.num_free_blocks += 1
+    placeholder = Block()
+    queue._members[id(placeholder)] = placeholder  # keeps the O(1) count check quiet
+    with pytest.raises(InvariantViolation, match="linked in by outside code") as caught:
+        queue.full_check()
+    assert caught.value.invariant == NO_DUPLICATES
