@@ -80,6 +80,14 @@ class BlockHash(NamedTuple):
     hash_value: int
     token_ids: tuple[int, ...]
 
+    def __repr__(self) -> str:
+        """Show the hash value and the number of tokens, not the tokens (diagnostics stay short).
+
+        >>> BlockHash(255, (1, 2))
+        BlockHash(0xff, 2 tokens)
+        """
+        return f"BlockHash({self.hash_value:#x}, {len(self.token_ids)} tokens)"
+
 
 # eq=False: a block's identity is its only equality. The generated field-wise
 # __eq__ vLLM's KVCacheBlock keeps would call block 3 of two pools equal, and
