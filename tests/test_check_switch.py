@@ -1,0 +1,154 @@
+"""The process-wide switch VERIFIED_QUEUE_CHECKS, tried in fresh interpreters; off means off."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verified_queue._switch import ENVIRONMENT_VARIABLE, read_check_level
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs in a fresh interpreter: reports the class the switch selected and, with checks
+# on, what each misuse class raises at the operation that causes or meets it.
+PROBE = """
+import json, verified_queue
+from verified_queue import Block, FreeBlockQueue, QueueError
+from verified_queue.queue import FreeBlockQueue as Production
+from verified_queue.checked import DEFAULT_FULL_CHECK_EVERY
+
+report = {
+    "level": verified_queue.CHECK_LEVEL,
+    "class": type(FreeBlockQueue([Block()])).__name__,
+    "exported_is_production": FreeBlockQueue is Production,
+    "default_full_check_every": DEFAULT_FULL_CHECK_EVERY,
+}
+
+def attempt(action):
+    try:
+        action()
+    except QueueError as error:
+        return [type(error).__name__, getattr(error, "invariant", None)]
+    return None
+
+if verified_queue.CHECK_LEVEL != "off":
+    blocks = [Block() for _ in range(6)]
+    queue, other = FreeBlockQueue(blocks[:4]), FreeBlockQueue(blocks[4:])
+    report["foreign remove"] = attempt(lambda: queue.remove(blocks[5]))
+    report["lengths after foreign remove"] = [len(queue), len(other)]
+    report["double free"] = attempt(lambda: queue.append(blocks[1]))
+    blocks[0].prev_free_block = None
+    report["link corruption, next popleft"] = attempt(queue.popleft)
+    blocks[0].prev_free_block = queue.fake_free_list_head
+    blocks[2].next_free_block = blocks[1]
+    report["far corruption, next append"] = attempt(lambda: queue.append(Block()))
+    blocks[2].next_free_block = blocks[3]
+    queue.num_free_blocks += 1
+    report["count drift, next len"] = attempt(lambda: len(queue))
+print(json.dumps(report))
+"""
+
+
+def probe(value: str | None) -> dict[str, object]:
+    """Run the probe with the switch set to ``value`` (unset if ``None``); return its report."""
+    environment = {k: v for k, v in os.environ.items() if k != ENVIRONMENT_VARIABLE}
+    if value is not None:
+        environment[ENVIRONMENT_VARIABLE] = value
+    # From a neutral directory, so the installed package is imported, not the checkout.
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=environment,
+        cwd=Path(__file__).anchor,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    report: dict[str, object] = json.loads(completed.stdout)
+    return report
+
+
+@pytest.mark.parametrize("value", [None, "", "0", " 0 "])
+def test_switch_off_leaves_the_production_class_in_place(value: str | None) -> None:
+    """Unset, empty or 0: verified_queue.FreeBlockQueue is exactly the production class."""
+    report = probe(value)
+    assert report["level"] == "off"
+    assert report["class"] == "FreeBlockQueue"
+    assert report["exported_is_production"] is True
+
+
+def test_switch_on_catches_each_misuse_class_in_a_fresh_process() -> None:
+    """With VERIFIED_QUEUE_CHECKS=1, FreeBlockQueue(...) is checked and each misuse is caught."""
+    report = probe("1")
+    assert report == {
+        "level": "on",
+        "class": "CheckedFreeBlockQueue",
+        "exported_is_production": False,
+        "default_full_check_every": None,
+        "foreign remove": ["NotInQueueError", None],
+        "lengths after foreign remove": [4, 2],
+        "double free": ["AlreadyInQueueError", None],
+        "link corruption, next popleft": ["InvariantViolation", "sentinel_linkage"],
+        # Out of the O(1) checks' reach at the back: left to the periodic full check.
+        "far corruption, next append": None,
+        "count drift, next len": ["InvariantViolation", "count_consistency"],
+    }
+
+
+def test_switch_full_checks_everything_before_every_operation() -> None:
+    """With VERIFIED_QUEUE_CHECKS=full, even damage far from the operation is caught at once."""
+    report = probe("full")
+    assert report["level"] == "full"
+    assert report["class"] == "CheckedFreeBlockQueue"
+    assert report["default_full_check_every"] == 1
+    assert report["far corruption, next append"] == ["InvariantViolation", "no_duplicates"]
+
+
+def test_a_mistyped_switch_stops_the_import_with_a_clear_error() -> None:
+    """An unknown value fails the import, naming the variable and the accepted values."""
+    environment = dict(os.environ, **{ENVIRONMENT_VARIABLE: "yes"})
+    completed = subprocess.run(
+        [sys.executable, "-c", "import verified_queue"],
+        env=environment,
+        cwd=Path(__file__).anchor,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode != 0
+    assert "VERIFIED_QUEUE_CHECKS='yes': expected one of '', '0', '1', 'full'" in completed.stderr
+
+
+def test_read_check_level_maps_each_accepted_value() -> None:
+    """The parser maps unset, '', '0', '1' and 'full' (any case, spaces trimmed) to their levels."""
+    cases = {None: "off", "": "off", "0": "off", "1": "on", " 1\n": "on", "full": "full"}
+    cases["FULL"] = "full"
+    for value, level in cases.items():
+        environ = {} if value is None else {ENVIRONMENT_VARIABLE: value}
+        assert read_check_level(environ) == level, value
+    for bad in ("2", "true", "on", "-1"):
+        with pytest.raises(ValueError, match=ENVIRONMENT_VARIABLE):
+            read_check_level({ENVIRONMENT_VARIABLE: bad})
+
+
+def test_the_production_module_imports_no_checker_and_calls_none() -> None:
+    """verified_queue/queue.py neither imports the checkers nor names any check in its code."""
+    tree = ast.parse((ROOT / "verified_queue" / "queue.py").read_text(encoding="utf-8"))
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not any(name and ("invariants" in name or "checked" in name) for name in imported)
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not any(name.startswith("check") or "Checked" in name for name in names)
