@@ -9,12 +9,14 @@ from typing import NoReturn
 
 import pytest
 
+import verified_queue
 from verified_queue import (
     AlreadyInQueueError,
     Block,
+    CheckedFreeBlockQueue,
     EmptyQueueError,
-    FreeBlockQueue,
     NegativeCountError,
+    NotInQueueError,
 )
 from verified_queue.pool import (
     ROOT_HASH,
@@ -27,6 +29,7 @@ from verified_queue.pool import (
     hash_request_tokens,
     sha256_block_hash,
 )
+from verified_queue.queue import FreeBlockQueue
 
 BLOCK_SIZE = 4
 
@@ -591,12 +594,18 @@ def run_random_workload(pool: BlockPool, model: ModelPool, rng: random.Random, s
     return blocks_hit
 
 
+def checked_queue(blocks: list[KVCacheBlock]) -> FreeBlockQueue[KVCacheBlock]:
+    """Build a check-mode queue that runs its full check before every operation."""
+    return CheckedFreeBlockQueue(blocks, full_check_every=1)
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_random_workload_matches_the_model(seed: int) -> None:
+@pytest.mark.parametrize("queue_factory", [FreeBlockQueue, checked_queue], ids=["plain", "checked"])
+def test_random_workload_matches_the_model(seed: int, queue_factory: QueueFactory) -> None:
     """A seeded random serving workload leaves pool and model in the same state at every step."""
-    pool = BlockPool(20)
+    pool = BlockPool(20, queue_factory=queue_factory)
     model = ModelPool(20)
-    blocks_hit = run_random_workload(pool, model, random.Random(seed), steps=400)
+    blocks_hit = run_random_workload(pool, model, random.Random(seed), steps=1000)
     assert blocks_hit > 0  # the workload really exercised prefix hits
     assert pool.num_evicted > 0  # and evictions of cached blocks
 
@@ -625,3 +634,27 @@ def test_a_custom_queue_factory_builds_the_free_queue() -> None:
     pool = BlockPool(4, queue_factory=queue_factory)
     assert received == [[0, 1, 2, 3]]
     assert free_ids(pool) == [1, 2, 3]
+
+
+def test_the_default_free_queue_follows_the_check_mode_switch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a factory the pool builds whatever class the package exports as FreeBlockQueue."""
+    assert type(BlockPool(3).free_block_queue) is verified_queue.FreeBlockQueue
+    monkeypatch.setattr(verified_queue, "FreeBlockQueue", CheckedFreeBlockQueue)
+    assert type(BlockPool(3).free_block_queue) is CheckedFreeBlockQueue
+
+
+def test_check_mode_rejects_touching_another_pools_free_block() -> None:
+    """A foreign block reaching touch() is rejected by the checked queue, both pools intact."""
+    ours = BlockPool(4, queue_factory=checked_queue)
+    theirs = BlockPool(4, queue_factory=checked_queue)
+    finish(ours, admit(ours, tokens(0, BLOCK_SIZE)))
+    with pytest.raises(NotInQueueError, match="linked in another queue"):
+        ours.touch([ours.blocks[1], theirs.blocks[2]])
+    assert ours.blocks[1].ref_cnt == 1  # touched before the foreign block was met
+    assert theirs.blocks[2].ref_cnt == 0
+    assert free_ids(ours) == [2, 3]
+    assert free_ids(theirs) == [1, 2, 3]
+    ours.check_consistency()
+    theirs.check_consistency()

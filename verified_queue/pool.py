@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import verified_queue
 from verified_queue.block import Block
 from verified_queue.errors import EmptyQueueError, QueueError
 from verified_queue.queue import FreeBlockQueue
@@ -176,8 +177,8 @@ class BlockPool:
 
     ``BlockPool(num_blocks)`` makes blocks ``0 .. num_blocks - 1``, links
     them into the free queue in id order and takes block 0 out as the null
-    block. ``queue_factory`` builds the free queue: pass the checked queue of
-    check mode to have every queue call verified.
+    block. ``queue_factory`` builds the free queue: pass
+    ``CheckedFreeBlockQueue`` (check mode) to have every queue call verified.
 
     The pool's methods follow vLLM's ``BlockPool``; the request-level logic
     (which prefix a request hits, when it needs a new block) belongs to the
@@ -220,14 +221,20 @@ class BlockPool:
     num_evicted: int
     num_touched: int
 
-    def __init__(self, num_blocks: int, *, queue_factory: QueueFactory = FreeBlockQueue) -> None:
+    def __init__(self, num_blocks: int, *, queue_factory: QueueFactory | None = None) -> None:
         """Create ``num_blocks`` blocks, all free in id order, and take block 0 as the null block.
+
+        Without a ``queue_factory`` the free queue is ``verified_queue.FreeBlockQueue``:
+        the production queue, or the checked one when ``VERIFIED_QUEUE_CHECKS`` is set.
 
         Runtime complexity: O(num_blocks)
         """
         if num_blocks < 2:
             # Block 0 is the null block, so a smaller pool could serve nothing.
             raise ValueError(f"a pool needs at least 2 blocks, not {num_blocks}")
+        if queue_factory is None:
+            # Looked up now, on the package, where the check-mode switch rebinds the name.
+            queue_factory = verified_queue.FreeBlockQueue
         self.num_blocks = num_blocks
         self.blocks = [KVCacheBlock(block_id) for block_id in range(num_blocks)]
         self.free_block_queue = queue_factory(self.blocks)
