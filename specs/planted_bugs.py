@@ -1,0 +1,244 @@
+"""Deliberately wrong free-block queues, for showing that no checker is vacuous.
+
+Each class overrides one method of :class:`~verified_queue.FreeBlockQueue` with a small,
+realistic mistake: the kind a refactor or a "harmless" speed-up introduces. Every
+verification layer (the stateful machines, the exhaustive check, the CrossHair contracts) is
+run against every one of them in the tests and must report each.
+
+:data:`PLANTED_BUGS` maps a short name to each class; ``VERIFIED_QUEUE_SPEC_TARGET`` in
+:mod:`specs.contracts` takes the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TypeVar, cast
+
+from verified_queue.block import Block
+from verified_queue.errors import (
+    AlreadyInQueueError,
+    EmptyQueueError,
+    NegativeCountError,
+    NotInQueueError,
+)
+from verified_queue.queue import FreeBlockQueue
+
+__all__ = [
+    "PLANTED_BUGS",
+    "AppendNNotAtomic",
+    "AppendNWrongNeighbour",
+    "AppendSkipsDoubleFreeCheck",
+    "ContainsComparesByValue",
+    "PopleftLeavesLinks",
+    "PopleftNOffByOne",
+    "RemoveAcceptsSentinel",
+    "RemoveForgetsCount",
+    "SentinelReturned",
+]
+
+B = TypeVar("B", bound=Block)
+
+
+def _linked(node: Block | None) -> Block:
+    """Return ``node``, which the queue's invariants say is set; raise if they were broken."""
+    if node is None:
+        raise RuntimeError("a link the queue's invariants promise is None")
+    return node
+
+
+class PopleftLeavesLinks(FreeBlockQueue[B]):
+    """``popleft`` splices the block out but leaves its own links set (I4 broken).
+
+    The popped block still looks linked, so freeing it back is refused as a double free, and
+    ``remove`` of it would corrupt the queue.
+    """
+
+    __slots__ = ()
+
+    def popleft(self) -> B:
+        """Splice out the front block without clearing its links."""
+        head = self.fake_free_list_head
+        block = _linked(head.next_free_block)
+        following = block.next_free_block
+        if following is None:
+            raise EmptyQueueError("popleft() from an empty FreeBlockQueue")
+        head.next_free_block = following
+        following.prev_free_block = head
+        self.num_free_blocks -= 1
+        return cast(B, block)
+
+
+class RemoveForgetsCount(FreeBlockQueue[B]):
+    """``remove`` unlinks the block but never decrements ``num_free_blocks`` (I2 broken)."""
+
+    __slots__ = ()
+
+    def remove(self, block: B) -> None:
+        """Unlink ``block`` and forget to count it."""
+        before = block.prev_free_block
+        after = block.next_free_block
+        if before is None or after is None:
+            raise NotInQueueError(f"remove({block!r}): the block is not linked in a queue")
+        before.next_free_block = after
+        after.prev_free_block = before
+        block.prev_free_block = block.next_free_block = None
+
+
+class AppendNWrongNeighbour(FreeBlockQueue[B]):
+    """``append_n`` links each block back to the old last block, not to its real predecessor.
+
+    Right for a batch of one, so a test that only frees single blocks passes; from the second
+    block of a batch on, the back links (I1) skip over the batch.
+    """
+
+    __slots__ = ()
+
+    def append_n(self, blocks: Iterable[B]) -> None:
+        """Link ``blocks`` at the back, with every back link pointing at the old last block."""
+        batch = list(blocks)
+        tail = self.fake_free_list_tail
+        attach_to = last = _linked(tail.prev_free_block)
+        linked: list[Block] = []
+        for block in batch:
+            if block.next_free_block is not None or block.prev_free_block is not None:
+                for undo in linked:
+                    undo.prev_free_block = undo.next_free_block = None
+                attach_to.next_free_block = tail
+                raise AlreadyInQueueError(f"append_n({block!r}): already linked")
+            block.prev_free_block = attach_to  # should be ``last``
+            last.next_free_block = block
+            last = block
+            linked.append(block)
+        last.next_free_block = tail
+        tail.prev_free_block = last
+        self.num_free_blocks += len(batch)
+
+
+class PopleftNOffByOne(FreeBlockQueue[B]):
+    """``popleft_n`` refuses ``n == len(queue)``: the guard says ``>=`` where it means ``>``."""
+
+    __slots__ = ()
+
+    def popleft_n(self, n: int) -> list[B]:
+        """Pop ``n`` blocks, wrongly refusing to empty the queue."""
+        if n >= self.num_free_blocks:
+            raise EmptyQueueError(f"popleft_n({n}) from a queue of {self.num_free_blocks}")
+        if n < 0:
+            raise NegativeCountError(f"popleft_n({n}): the count must not be negative")
+        return super().popleft_n(n)
+
+
+class SentinelReturned(FreeBlockQueue[B]):
+    """``popleft`` on an empty queue hands out the tail sentinel instead of raising.
+
+    The emptiness guard tests the wrong link (``block is None``, never true) so the tail
+    sentinel is spliced out and returned, and the queue's count goes negative.
+    """
+
+    __slots__ = ()
+
+    def popleft(self) -> B:
+        """Pop the front block, or, wrongly, the tail sentinel of an empty queue."""
+        head = self.fake_free_list_head
+        block = head.next_free_block
+        if block is None:
+            raise EmptyQueueError("popleft() from an empty FreeBlockQueue")
+        following = block.next_free_block
+        head.next_free_block = following
+        if following is not None:
+            following.prev_free_block = head
+        block.prev_free_block = block.next_free_block = None
+        self.num_free_blocks -= 1
+        return cast(B, block)
+
+
+class AppendSkipsDoubleFreeCheck(FreeBlockQueue[B]):
+    """``append`` links a block without checking that it is detached (a double free is accepted).
+
+    Appending a block that is already linked cuts it out of its old place without fixing its
+    neighbours, so the chain and the count are both corrupted.
+    """
+
+    __slots__ = ()
+
+    def append(self, block: B) -> None:
+        """Link ``block`` at the back, whatever its links say."""
+        tail = self.fake_free_list_tail
+        last = _linked(tail.prev_free_block)
+        last.next_free_block = block
+        block.prev_free_block = last
+        block.next_free_block = tail
+        tail.prev_free_block = block
+        self.num_free_blocks += 1
+
+
+class AppendNNotAtomic(FreeBlockQueue[B]):
+    """``append_n`` links the batch block by block and does not roll back when one is refused.
+
+    The blocks before the refused one stay linked, but the count is never updated and the
+    chain is left open after them, so a rejected call changes the queue.
+    """
+
+    __slots__ = ()
+
+    def append_n(self, blocks: Iterable[B]) -> None:
+        """Append ``blocks`` one at a time, keeping the ones before a refused block."""
+        tail = self.fake_free_list_tail
+        last = _linked(tail.prev_free_block)
+        batch = list(blocks)
+        for block in batch:
+            if block.next_free_block is not None or block.prev_free_block is not None:
+                raise AlreadyInQueueError(f"append_n({block!r}): already linked")
+            block.prev_free_block = last
+            last.next_free_block = block
+            last = block
+        last.next_free_block = tail
+        tail.prev_free_block = last
+        self.num_free_blocks += len(batch)
+
+
+class RemoveAcceptsSentinel(FreeBlockQueue[B]):
+    """``remove`` guards with ``and`` where it needs ``or``, so a sentinel (one link) gets through.
+
+    Removing the tail sentinel cuts the last block's forward link and then fails on the
+    missing one: a corrupted queue and the wrong exception.
+    """
+
+    __slots__ = ()
+
+    def remove(self, block: B) -> None:
+        """Unlink ``block``, letting a sentinel past the guard."""
+        before = block.prev_free_block
+        after = block.next_free_block
+        if before is None and after is None:
+            raise NotInQueueError(f"remove({block!r}): the block is not linked in a queue")
+        if before is not None:
+            before.next_free_block = after
+        if after is not None:
+            after.prev_free_block = before
+        block.prev_free_block = block.next_free_block = None
+        self.num_free_blocks -= 1
+
+
+class ContainsComparesByValue(FreeBlockQueue[B]):
+    """``in`` compares blocks with ``==`` (I5 broken): wrong for dataclass blocks, and slow."""
+
+    __slots__ = ()
+
+    def __contains__(self, block: object) -> bool:
+        """Look ``block`` up by value."""
+        return any(candidate == block for candidate in self)
+
+
+#: Every planted bug by a short name, in the order the reports list them.
+PLANTED_BUGS: dict[str, type[FreeBlockQueue[Any]]] = {
+    "popleft_leaves_links": PopleftLeavesLinks,
+    "remove_forgets_count": RemoveForgetsCount,
+    "append_n_wrong_neighbour": AppendNWrongNeighbour,
+    "popleft_n_off_by_one": PopleftNOffByOne,
+    "sentinel_returned": SentinelReturned,
+    "append_skips_double_free_check": AppendSkipsDoubleFreeCheck,
+    "append_n_not_atomic": AppendNNotAtomic,
+    "remove_accepts_sentinel": RemoveAcceptsSentinel,
+    "contains_compares_by_value": ContainsComparesByValue,
+}
