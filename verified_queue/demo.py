@@ -127,7 +127,10 @@ class DemoReport:
 
     @property
     def hit_rate(self) -> float:
-        """Return the fraction of admitted prompt tokens that came from the prefix cache."""
+        """Return the fraction of admitted prompt tokens that came from the prefix cache.
+
+        Runtime complexity: O(1)
+        """
         return self.prompt_tokens_hit / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
@@ -160,26 +163,32 @@ class _CountingCheckedQueue(CheckedFreeBlockQueue[KVCacheBlock]):
         super().__init__(blocks)
 
     def full_check(self) -> None:
+        """Run the full O(n) check, counting it."""
         self.full_checks += 1
         super().full_check()
 
     def popleft(self) -> KVCacheBlock:
+        """Pop the front block, checked, counting the operation."""
         self.operations_checked += 1
         return super().popleft()
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        """Pop ``n`` blocks from the front, checked, counting the operation."""
         self.operations_checked += 1
         return super().popleft_n(n)
 
     def remove(self, block: KVCacheBlock) -> None:
+        """Remove ``block``, checked, counting the operation."""
         self.operations_checked += 1
         super().remove(block)
 
     def append(self, block: KVCacheBlock) -> None:
+        """Append ``block``, checked, counting the operation."""
         self.operations_checked += 1
         super().append(block)
 
     def append_n(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Append ``blocks``, checked, counting the operation."""
         self.operations_checked += 1
         super().append_n(blocks)
 
@@ -241,15 +250,18 @@ class _Simulation:
 
     @staticmethod
     def _shared_text(number: int, length: int) -> list[int]:
+        """Return the ``length`` token ids of shared text ``number``."""
         start = number * _SHARED_TOKEN_SPACE
         return list(range(start, start + length))
 
     def _unique_text(self, length: int) -> list[int]:
+        """Return ``length`` token ids no other text uses."""
         start = self.next_unique_token
         self.next_unique_token += length
         return list(range(start, start + length))
 
     def _new_request(self) -> _Request:
+        """Draw a request: a system prompt, maybe a document, its own text, an output length."""
         rng = self.rng
         prompt = list(rng.choice(self.system_prompts))
         if rng.random() < 0.6:
@@ -267,6 +279,7 @@ class _Simulation:
     # --- the engine loop ---------------------------------------------------------------
 
     def run(self) -> DemoReport:
+        """Step the engine until every request is served; a pool or queue error ends it early."""
         config = self.config
         report = self.report
         started = time.perf_counter()
@@ -412,6 +425,7 @@ class _Simulation:
         call(argument)
 
     def _progress(self, percent: int, seconds: float) -> None:
+        """Print one progress line: requests served, queues, free blocks, hit rate, time."""
         report = self.report
         print(
             f"  [{percent:3d}%] {report.requests_served:>7,} served, "
@@ -591,7 +605,10 @@ def _print_report(report: DemoReport, out: TextIO) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the demo's options to its subcommand parser."""
+    """Add the demo's options to its subcommand parser.
+
+    Runtime complexity: O(1)
+    """
     defaults = DemoConfig()
     parser.add_argument("--requests", type=int, default=defaults.requests, help="requests to serve")
     parser.add_argument(
@@ -616,7 +633,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo from parsed arguments; return 0 (clean), 1 (fault or damage) or 2 (usage)."""
+    """Run the demo from parsed arguments; return 0 (clean), 1 (fault or damage) or 2 (usage).
+
+    Runtime complexity: that of :func:`run_demo`
+    """
     config = DemoConfig(
         requests=args.requests,
         blocks=args.blocks,

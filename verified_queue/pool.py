@@ -84,6 +84,8 @@ class BlockHash(NamedTuple):
     def __repr__(self) -> str:
         """Show the hash value and the number of tokens, not the tokens (diagnostics stay short).
 
+        Runtime complexity: O(1)
+
         >>> BlockHash(255, (1, 2))
         BlockHash(0xff, 2 tokens)
         """
