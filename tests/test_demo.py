@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from verified_queue import demo
 from verified_queue.__main__ import main
 from verified_queue.demo import FAULTS, DemoConfig, DemoReport, run_demo
 from verified_queue.pool import BlockPool
@@ -93,6 +94,23 @@ def test_the_run_is_reproducible_from_its_seed() -> None:
     other, _ = run_quietly(replace(SMALL, seed=4))
     assert counters(first) == counters(again)
     assert counters(first) != counters(other)
+
+
+def test_the_hit_rate_counts_each_prompt_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompt tokens are counted at first admission only, not again after a preemption."""
+    prompt_lengths: list[int] = []
+    original = demo._Simulation._new_request
+
+    def recording_new_request(simulation: demo._Simulation) -> demo._Request:
+        request = original(simulation)
+        prompt_lengths.append(request.num_prompt_tokens)
+        return request
+
+    monkeypatch.setattr(demo._Simulation, "_new_request", recording_new_request)
+    report, _ = run_quietly(SMALL)
+    assert report.preemptions > 0  # so some requests were admitted twice
+    assert report.prompt_tokens == sum(prompt_lengths)
+    assert len(prompt_lengths) == SMALL.requests
 
 
 def test_progress_is_shown_at_every_tenth_of_the_requests() -> None:

@@ -127,7 +127,7 @@ class DemoReport:
 
     @property
     def hit_rate(self) -> float:
-        """Return the fraction of admitted prompt tokens that came from the prefix cache.
+        """Return the fraction of prompt tokens found in the prefix cache at first admission.
 
         Runtime complexity: O(1)
         """
@@ -145,6 +145,7 @@ class _Request:
     blocks: list[KVCacheBlock] = field(default_factory=list)
     hashes: list[BlockHash] = field(default_factory=list)
     num_cached_blocks: int = 0
+    preempted: bool = False
 
 
 class _CountingCheckedQueue(CheckedFreeBlockQueue[KVCacheBlock]):
@@ -333,8 +334,11 @@ class _Simulation:
         full = len(tokens) // size
         pool.cache_full_blocks(request.blocks, request.hashes, len(hit), full)
         request.num_cached_blocks = full
-        report.prompt_tokens += len(tokens)
-        report.prompt_tokens_hit += len(hit) * size
+        if not request.preempted:
+            # A re-admission would count the request's own blocks, cached before it was
+            # preempted, as hits: the rate is of first admissions, to measure shared prompts.
+            report.prompt_tokens += len(tokens)
+            report.prompt_tokens_hit += len(hit) * size
         return True
 
     def _touch_with_planted_fault(self, request: _Request, hit: list[KVCacheBlock]) -> None:
@@ -398,6 +402,7 @@ class _Simulation:
         self.pool.free_blocks(reversed(request.blocks))
         request.blocks = []
         request.num_cached_blocks = 0
+        request.preempted = True
         self.waiting.appendleft(request)
         self.report.preemptions += 1
 
@@ -581,11 +586,11 @@ def _print_report(report: DemoReport, out: TextIO) -> None:
         ("requests served", f"{report.requests_served:,} of {config.requests:,}"),
         (
             "prefix-cache hit rate",
-            f"{report.hit_rate:.1%} of admitted prompt tokens "
+            f"{report.hit_rate:.1%} of prompt tokens at first admission "
             f"({report.prompt_tokens_hit:,} of {report.prompt_tokens:,})",
         ),
         ("blocks allocated", f"{report.blocks_allocated:,}"),
-        ("blocks hit", f"{report.blocks_hit:,} (cached blocks touched by a later request)"),
+        ("blocks hit", f"{report.blocks_hit:,} (cached blocks touched at admission)"),
         ("blocks freed", f"{report.blocks_freed:,} (returned to the free queue)"),
         ("blocks evicted", f"{report.blocks_evicted:,} (cached blocks reused for new tokens)"),
         ("preemptions", f"{report.preemptions:,}"),
