@@ -8,11 +8,27 @@ set (the head has no predecessor, the tail no successor).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["Block", "Sentinel"]
 
+_Class = TypeVar("_Class")
 
+try:
+    # Only the compiled build needs it, and only while compiling: mypyc reads the
+    # decorator at build time, so the compiled module runs without it too.
+    from mypy_extensions import mypyc_attr
+except ImportError:  # the pure-Python build has no runtime dependencies
+
+    def mypyc_attr(*_names: str, **_options: object) -> Callable[[_Class], _Class]:
+        """Stand in for mypyc's class options, which mean nothing to the interpreter."""
+        return lambda cls: cls
+
+
+# Compiled, Block is a native class whose links are C struct fields the compiled
+# queue reads directly; user block types and Sentinel still subclass it freely.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Block:
     """Base class for anything that can sit in a :class:`FreeBlockQueue`.
 
@@ -60,6 +76,7 @@ class Block:
         return f"<{type(self).__qualname__} at {id(self):#x}, {state}>"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Sentinel(Block):
     """A queue's fake head or fake tail: linked on one side only, never handed out.
 

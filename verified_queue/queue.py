@@ -30,13 +30,14 @@ most the links the method needs anyway, plus one. The one misuse they cannot
 see in O(1) is ``remove`` of a block linked in a *different* queue: the
 ``CheckedFreeBlockQueue`` of check mode catches that.
 
-This module is the hot path and the only one worth compiling; it imports no
-checker, and its methods allocate nothing but the lists they return.
+This module is the hot path and, with the Block it links, the only code worth
+compiling; it imports no checker, and its methods allocate nothing but the
+lists they return.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from verified_queue.block import Block, Sentinel
@@ -51,7 +52,20 @@ __all__ = ["FreeBlockQueue"]
 
 B = TypeVar("B", bound=Block)
 
+_Class = TypeVar("_Class")
 
+try:
+    # Only the compiled build needs it, and only while compiling (see block.py).
+    from mypy_extensions import mypyc_attr
+except ImportError:  # the pure-Python build has no runtime dependencies
+
+    def mypyc_attr(*_names: str, **_options: object) -> Callable[[_Class], _Class]:
+        """Stand in for mypyc's class options, which mean nothing to the interpreter."""
+        return lambda cls: cls
+
+
+# Compiled, interpreted subclasses (the checked queue, users' own) must still work.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FreeBlockQueue(Generic[B]):
     """A FIFO of free blocks: evict from the front, free to the back, hit in the middle.
 
@@ -125,10 +139,12 @@ class FreeBlockQueue(Generic[B]):
         [True, True]
         """
         tail = self.fake_free_list_tail
-        block = self.fake_free_list_head.next_free_block
+        # The locals are declared Block (the links say Block | None) because I1
+        # guarantees a successor: compiled, that makes every link a C field access.
+        block: Block = self.fake_free_list_head.next_free_block  # type: ignore[assignment]  # I1
         while block is not tail:
             yield block  # type: ignore[misc]  # I1, I3: every block between the sentinels is a B
-            block = block.next_free_block  # type: ignore[union-attr]  # I1: set on every linked block
+            block = block.next_free_block  # type: ignore[assignment]  # I1: set on every linked block
 
     def __contains__(self, block: object) -> bool:
         """Return whether ``block`` itself (by identity, never ``==``) is in this queue.
@@ -141,11 +157,11 @@ class FreeBlockQueue(Generic[B]):
         (True, False)
         """
         tail = self.fake_free_list_tail
-        node = self.fake_free_list_head.next_free_block
+        node: Block = self.fake_free_list_head.next_free_block  # type: ignore[assignment]  # I1
         while node is not tail:
             if node is block:
                 return True
-            node = node.next_free_block  # type: ignore[union-attr]  # I1: set on every linked block
+            node = node.next_free_block  # type: ignore[assignment]  # I1: set on every linked block
         return False
 
     def __repr__(self) -> str:
@@ -168,8 +184,8 @@ class FreeBlockQueue(Generic[B]):
         (True, 1)
         """
         head = self.fake_free_list_head
-        block = head.next_free_block
-        following = block.next_free_block  # type: ignore[union-attr]  # I1: head always has a successor
+        block: Block = head.next_free_block  # type: ignore[assignment]  # I1: the head has a successor
+        following = block.next_free_block
         if following is None:
             # I1: only the tail has no successor, so the queue is empty.
             raise EmptyQueueError("popleft() from an empty FreeBlockQueue")
@@ -177,7 +193,7 @@ class FreeBlockQueue(Generic[B]):
         head.next_free_block = following
         following.prev_free_block = head
         # I4: the popped block leaves detached.
-        block.prev_free_block = block.next_free_block = None  # type: ignore[union-attr]  # see above
+        block.prev_free_block = block.next_free_block = None
         self.num_free_blocks -= 1  # I2
         return block  # type: ignore[return-value]  # I3: not a sentinel, so a B
 
@@ -202,18 +218,18 @@ class FreeBlockQueue(Generic[B]):
         if n < 0:
             raise NegativeCountError(f"popleft_n({n}): the count must not be negative")
         head = self.fake_free_list_head
-        block = head.next_free_block
-        popped: list[B] = []
-        keep = popped.append
-        for _ in range(n):
-            keep(block)  # type: ignore[arg-type]  # I2: n <= count, so never the tail
-            following = block.next_free_block  # type: ignore[union-attr]  # I1
+        block: Block = head.next_free_block  # type: ignore[assignment]  # I1
+        # Filled by index: cheaper per block than list.append in CPython.
+        popped: list[B] = [None] * n  # type: ignore[list-item]  # every slot is filled below
+        for index in range(n):
+            popped[index] = block  # type: ignore[assignment]  # I2: n <= count, never the tail
+            following: Block = block.next_free_block  # type: ignore[assignment]  # I1
             # I4: each popped block leaves detached.
-            block.prev_free_block = block.next_free_block = None  # type: ignore[union-attr]  # I1
+            block.prev_free_block = block.next_free_block = None
             block = following
         # Splice the run out: the first kept block (or the tail) follows the head.
         head.next_free_block = block
-        block.prev_free_block = head  # type: ignore[union-attr]  # I1
+        block.prev_free_block = head
         self.num_free_blocks -= n  # I2
         return popped
 
@@ -262,9 +278,9 @@ class FreeBlockQueue(Generic[B]):
             # I4: only a detached block may join.
             raise _already_linked("append", block)
         tail = self.fake_free_list_tail
-        last = tail.prev_free_block
+        last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
         # Link the block between the old last block and the tail.
-        last.next_free_block = block  # type: ignore[union-attr]  # I1: tail always has a predecessor
+        last.next_free_block = block
         block.prev_free_block = last
         block.next_free_block = tail
         tail.prev_free_block = block
@@ -286,28 +302,31 @@ class FreeBlockQueue(Generic[B]):
         >>> queue.get_all_free_blocks() == blocks
         True
         """
-        if not isinstance(blocks, (list, tuple)):
-            # Draining the iterator first means it cannot fail half-way through.
-            blocks = list(blocks)
+        # Anything but an exact list is copied into one first: draining an
+        # iterator up front means it cannot fail half-way through, and an exact
+        # type test is cheaper than isinstance (compiled, a list[B] is indexed
+        # directly instead of iterated through the generic protocol).
+        batch: list[B] = blocks if type(blocks) is list else list(blocks)
         tail = self.fake_free_list_tail
-        first_last = last = tail.prev_free_block
+        first_last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1
+        last = first_last
         # One pass links the batch behind the old last block. A repeated block
         # is seen by the guard because its first copy is linked by then.
         try:
-            for block in blocks:
+            for block in batch:
                 if block.next_free_block is not None or block.prev_free_block is not None:
                     # I4: only a detached block may join.
                     raise _already_linked("append_n", block)
                 block.prev_free_block = last
-                last.next_free_block = block  # type: ignore[union-attr]  # I1
+                last.next_free_block = block
                 last = block
         except BaseException:
-            _unlink_run(first_last, last, tail)  # type: ignore[arg-type]  # I1
+            _unlink_run(first_last, last, tail)
             raise
         # Close the chain on the tail.
-        last.next_free_block = tail  # type: ignore[union-attr]  # I1
+        last.next_free_block = tail
         tail.prev_free_block = last
-        self.num_free_blocks += len(blocks)  # I2
+        self.num_free_blocks += len(batch)  # I2
 
     def get_all_free_blocks(self) -> list[B]:
         """Return a new list of the free blocks, front first (``list(queue)``).
@@ -319,12 +338,11 @@ class FreeBlockQueue(Generic[B]):
         True
         """
         tail = self.fake_free_list_tail
-        block = self.fake_free_list_head.next_free_block
+        block: Block = self.fake_free_list_head.next_free_block  # type: ignore[assignment]  # I1
         found: list[B] = []
-        keep = found.append
         while block is not tail:
-            keep(block)  # type: ignore[arg-type]  # I1, I3: a B
-            block = block.next_free_block  # type: ignore[union-attr]  # I1
+            found.append(block)  # type: ignore[arg-type]  # I1, I3: a B
+            block = block.next_free_block  # type: ignore[assignment]  # I1
         return found
 
 

@@ -1,0 +1,174 @@
+"""``python -m verified_queue bench``: time the queue against the designs a user would copy.
+
+Prints one Markdown table per workload: the median time of each
+implementation for each n and, in brackets, its ratio to the post-change
+vLLM design (below 1.00x is faster). ``--plot FILE.png`` draws the same
+medians (needs the ``plot`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import verified_queue
+from bench.subjects import REFERENCE, Subject, all_subjects
+from bench.workloads import (
+    Settings,
+    WorkloadResult,
+    block_memory,
+    run_build,
+    run_mixed,
+    run_stepped,
+)
+
+__all__ = ["add_arguments", "format_table", "main", "run"]
+
+WORKLOADS = ("single", "batch", "mixed", "build")
+
+QUICK = Settings(repetitions=5, ops_per_sample=4_000)
+FULL = Settings(repetitions=11, ops_per_sample=20_000)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the benchmark's options to ``parser``."""
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--quick",
+        dest="full",
+        action="store_false",
+        help="5 repetitions of short samples, about a minute (the default)",
+    )
+    mode.add_argument(
+        "--full", action="store_true", help="11 repetitions of 5x longer samples, for publishing"
+    )
+    parser.set_defaults(full=False)
+    parser.add_argument(
+        "--workload",
+        action="append",
+        choices=WORKLOADS,
+        help="run only this workload (repeatable; default: all, then block memory)",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=lambda text: tuple(int(part) for part in text.split(",")),
+        help="comma-separated values of n (default: 10,50,100,500,1000)",
+    )
+    parser.add_argument("--repetitions", type=int, help="repetitions per measurement (min 5)")
+    parser.add_argument("--queue-size", type=int, help="blocks in the queue (default: 100000)")
+    parser.add_argument("--build-size", type=int, help="blocks in the build workload (1000000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mixed stream")
+    parser.add_argument(
+        "--no-check-mode", action="store_true", help="leave CheckedFreeBlockQueue out"
+    )
+    parser.add_argument("--plot", type=Path, metavar="FILE.png", help="draw the medians here")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="save every sample here")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    base = FULL if args.full else QUICK
+    repetitions = base.repetitions if args.repetitions is None else args.repetitions
+    if repetitions < 5:
+        raise SystemExit("bench: a median needs at least 5 repetitions")
+    return Settings(
+        sizes=args.sizes or base.sizes,
+        queue_size=args.queue_size or base.queue_size,
+        build_size=args.build_size or base.build_size,
+        repetitions=repetitions,
+        ops_per_sample=base.ops_per_sample,
+        seed=args.seed,
+    )
+
+
+def format_table(result: WorkloadResult, subjects: Sequence[Subject]) -> str:
+    """Return ``result`` as a Markdown table of medians and ratios to the reference design."""
+    reference = result.medians[REFERENCE]
+    sizes = list(reference)
+    scale, unit = (1e3, "ms") if result.name == "build" else (1e6, "µs")
+    if result.name == "build":
+        header = f"| {result.name} ({sizes[0]:,} blocks) | {unit} | ratio |"
+        rule = "|---|---:|---:|"
+    else:
+        header = f"| {result.name} ({result.unit}) | " + " | ".join(f"n={n}" for n in sizes) + " |"
+        rule = "|---|" + "---:|" * len(sizes)
+    lines = [header, rule]
+    for subject in subjects:
+        medians = result.medians[subject.name]
+        cells = []
+        for n in sizes:
+            value = medians[n] * scale
+            ratio = medians[n] / reference[n]
+            if result.name == "build":
+                cells += [f"{value:,.1f}", f"{ratio:.2f}x"]
+            else:
+                cells.append(f"{value:,.2f} ({ratio:.2f}x)")
+        lines.append(f"| {subject.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _describe(settings: Settings) -> str:
+    build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
+    return (
+        f"verified_queue {verified_queue.__version__} ({build}), "
+        f"Python {platform.python_version()} on {platform.machine()}; "
+        f"queue of {settings.queue_size:,} blocks, median of {settings.repetitions} "
+        f"interleaved repetitions, GC off while timing; ratios are to the {REFERENCE} design"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the selected workloads, print their tables, and save the plot or samples if asked."""
+    settings = _settings(args)
+    subjects = all_subjects(check_mode=not args.no_check_mode)
+    chosen = args.workload or list(WORKLOADS)
+    print(_describe(settings))
+    results: list[WorkloadResult] = []
+    for name in WORKLOADS:
+        if name not in chosen:
+            continue
+        if name == "mixed":
+            result = run_mixed(subjects, settings)
+        elif name == "build":
+            result = run_build(subjects, settings)
+        else:
+            result = run_stepped(name, subjects, settings)
+        results.append(result)
+        print()
+        print(format_table(result, subjects), flush=True)
+    memory: dict[str, float] = {}
+    if args.workload is None:
+        memory = block_memory()
+        print()
+        print("| block type | bytes per block (tracemalloc) |")
+        print("|---|---:|")
+        for label, size in memory.items():
+            print(f"| {label} | {size:.0f} |")
+    if args.json is not None:
+        payload = {
+            "description": _describe(settings),
+            "compiled": verified_queue.COMPILED,
+            "workloads": {r.name: {"unit": r.unit, "samples": r.samples} for r in results},
+            "bytes_per_block": memory,
+        }
+        args.json.write_text(json.dumps(payload, indent=1) + "\n")
+    if args.plot is not None:
+        from bench.plot import draw  # noqa: PLC0415 -- matplotlib is an optional extra
+
+        draw(results, subjects, args.plot, title=_describe(settings))
+        print(f"\nplot written to {args.plot}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark as ``python -m bench.run``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
