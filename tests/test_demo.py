@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -288,9 +289,10 @@ def test_cli_rejects_an_unknown_fault() -> None:
     assert exit_info.value.code == 2
 
 
-def test_the_demo_runs_as_a_module_in_a_fresh_process() -> None:
+def test_the_demo_runs_as_a_module_in_a_fresh_process(tmp_path: Path) -> None:
     """``python -m verified_queue demo --inject foreign-remove`` exits 1 and names the error."""
     env = {key: value for key, value in os.environ.items() if key != "VERIFIED_QUEUE_CHECKS"}
+    # Run outside the checkout, so that -m imports the installed package under test.
     argv = ["--requests", "120", "--blocks", "1024", "--seed", "3", "--inject", "foreign-remove"]
     completed = subprocess.run(
         [sys.executable, "-m", "verified_queue", "demo", *argv],
@@ -299,6 +301,7 @@ def test_the_demo_runs_as_a_module_in_a_fresh_process() -> None:
         timeout=120,
         check=False,
         env=env,
+        cwd=tmp_path,
     )
     assert completed.returncode == 1, completed.stderr
     assert "[fault] planting foreign-remove" in completed.stdout
