@@ -168,13 +168,6 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 repr(count),
             )
 
-    def _before(self, where: str) -> None:
-        """Start an operation: the count check, then the full check if one is due."""
-        self._expect_count(where)
-        self._until_full_check -= 1
-        if self._until_full_check <= 0:
-            self.full_check()
-
     def _check_front(self, steps: int, where: str) -> None:
         """(1), (2): check the first ``steps`` blocks and the node after them, in O(steps).
 
@@ -354,7 +347,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1)
         """
-        self._expect_count("len()")
+        if self.num_free_blocks != len(self._members):
+            self._expect_count("len()")
         return super().__len__()
 
     def __bool__(self) -> bool:
@@ -362,7 +356,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1)
         """
-        self._expect_count("bool()")
+        if self.num_free_blocks != len(self._members):
+            self._expect_count("bool()")
         return super().__bool__()
 
     def __contains__(self, block: object) -> bool:
@@ -413,17 +408,49 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         self.full_check()
         return super().get_all_free_blocks()
 
+    # The mutating operations below test the links they touch with inline
+    # conditions (the common, healthy case) and call the _check_* helpers only
+    # when a condition fails: the helpers find the exact fault and raise.
+
+    def _start(self, where: str) -> None:
+        """The count check, then the full check if one is due (the start of every mutation)."""
+        if self.num_free_blocks != len(self._members):
+            self._expect_count(where)
+        self._until_full_check -= 1
+        if self._until_full_check <= 0:
+            self.full_check()
+
     def popleft(self) -> B:
         """Detach and return the front block, checking the front before and after.
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        self._before("the start of popleft()")
-        self._check_front(1 if self._members else 0, "the start of popleft()")
+        self._start("the start of popleft()")
+        members = self._members
+        head = self.fake_free_list_head
+        tail = self.fake_free_list_tail
+        first = head.next_free_block
+        if first is tail or head.prev_free_block is not None:
+            self._check_front(0, "the start of popleft()")  # raises unless truly empty
+        elif members.get(id(first), _ABSENT) is not first or (
+            first.prev_free_block is not head  # type: ignore[union-attr]  # a member
+        ):
+            self._check_front(1, "the start of popleft()")
+        else:
+            second = first.next_free_block  # type: ignore[union-attr]  # a member
+            if second is tail:
+                if len(members) != 1:
+                    self._check_front(1, "the start of popleft()")
+            elif members.get(id(second), _ABSENT) is not second or (
+                second.prev_free_block is not first  # type: ignore[attr-defined]  # a member
+            ):
+                self._check_front(1, "the start of popleft()")
         block = super().popleft()
-        del self._members[id(block)]
-        self._check_front(0, "the end of popleft()")
-        self._expect_count("the end of popleft()")
+        del members[id(block)]
+        if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
+            self._check_front(0, "the end of popleft()")
+        if self.num_free_blocks != len(members):
+            self._expect_count("the end of popleft()")
         return block
 
     def popleft_n(self, n: int) -> list[B]:
@@ -431,7 +458,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(n), plus the amortized O(1) full check
         """
-        self._before("the start of popleft_n()")
+        self._start("the start of popleft_n()")
         if 0 <= n <= len(self._members):
             self._check_front(n, "the start of popleft_n()")
         popped = super().popleft_n(n)
@@ -439,7 +466,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         for block in popped:
             del members[id(block)]
         self._check_front(0, "the end of popleft_n()")
-        self._expect_count("the end of popleft_n()")
+        if self.num_free_blocks != len(members):
+            self._expect_count("the end of popleft_n()")
         return popped
 
     def remove(self, block: B) -> None:
@@ -452,34 +480,64 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        self._before("the start of remove()")
-        if not self._is_member(block):
+        self._start("the start of remove()")
+        members = self._members
+        if members.get(id(block), _ABSENT) is not block:
             raise self._not_a_member(block)
-        before, after = self._check_around(block, "the start of remove()")
+        before = block.prev_free_block
+        after = block.next_free_block
+        if not (
+            (before is self.fake_free_list_head or members.get(id(before), _ABSENT) is before)
+            and (after is self.fake_free_list_tail or members.get(id(after), _ABSENT) is after)
+            and before.next_free_block is block  # type: ignore[union-attr]  # member or sentinel
+            and after.prev_free_block is block  # type: ignore[union-attr]  # member or sentinel
+        ):
+            self._check_around(block, "the start of remove()")
         super().remove(block)
-        del self._members[id(block)]
-        if before.next_free_block is not after or after.prev_free_block is not before:
+        del members[id(block)]
+        if before.next_free_block is not after or after.prev_free_block is not before:  # type: ignore[union-attr]  # checked
             raise violation(
                 SENTINEL_LINKAGE,
                 "the end of remove()",
                 f"the links between {describe(before)} and {describe(after)}",
                 "each naming the other",
-                f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",
+                f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",  # type: ignore[union-attr]  # checked
             )
-        self._expect_count("the end of remove()")
+        if self.num_free_blocks != len(members):
+            self._expect_count("the end of remove()")
+
+    def _back_is_sound(self) -> bool:
+        """(1), (2): the tail ends the chain after a member, or after the head when empty."""
+        tail = self.fake_free_list_tail
+        last = tail.prev_free_block
+        if last is self.fake_free_list_head:
+            return tail.next_free_block is None and not self._members
+        return (
+            tail.next_free_block is None
+            and self._members.get(id(last), _ABSENT) is last
+            and last.next_free_block is tail  # type: ignore[union-attr]  # a member
+        )
 
     def append(self, block: B) -> None:
         """Link a detached ``block`` at the back, checking the tail before and after.
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        self._before("the start of append()")
-        self._reject_cleared_member(block, "the start of append()")
-        self._check_back("the start of append()")
+        self._start("the start of append()")
+        if (
+            block.prev_free_block is None
+            and block.next_free_block is None
+            and self._members.get(id(block), _ABSENT) is block
+        ):
+            self._reject_cleared_member(block, "the start of append()")
+        if not self._back_is_sound():
+            self._check_back("the start of append()")
         super().append(block)
         self._members[id(block)] = block
-        self._check_back("the end of append()")
-        self._expect_count("the end of append()")
+        if self.fake_free_list_tail.prev_free_block is not block:
+            self._check_back("the end of append()")
+        if self.num_free_blocks != len(self._members):
+            self._expect_count("the end of append()")
 
     def append_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the back, all or none, checking the tail before and after.
@@ -487,13 +545,16 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
         batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
-        self._before("the start of append_n()")
+        self._start("the start of append_n()")
         for block in batch:
             self._reject_cleared_member(block, "the start of append_n()")
-        self._check_back("the start of append_n()")
+        if not self._back_is_sound():
+            self._check_back("the start of append_n()")
         super().append_n(batch)
         members = self._members
         for block in batch:
             members[id(block)] = block
-        self._check_back("the end of append_n()")
-        self._expect_count("the end of append_n()")
+        if not self._back_is_sound():
+            self._check_back("the end of append_n()")
+        if self.num_free_blocks != len(members):
+            self._expect_count("the end of append_n()")

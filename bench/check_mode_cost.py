@@ -1,0 +1,154 @@
+"""What check mode costs: ``CheckedFreeBlockQueue`` against the production queue, same workload.
+
+Run from a checkout: ``python bench/check_mode_cost.py`` (``--quick`` for a
+short run). The workload is a block pool's steady state on a queue of ``n``
+blocks: evict the front block and free it again, then take a block from the
+middle (a prefix-cache hit) and free it again, so four queue operations per
+step and the queue stays at ``n`` blocks. Every subject runs the very same
+sequence of blocks.
+
+Method: the subjects are timed interleaved in one process (each repetition
+times every subject once, in rotating order), with the garbage collector off
+during each timing; the table gives the median time per operation over the
+repetitions and its ratio to the production queue. A separate row times one
+full ``check_invariants`` walk, the O(n) work check mode amortizes over
+``max(1000, n)`` operations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import verified_queue
+from verified_queue import Block, CheckedFreeBlockQueue
+from verified_queue.invariants import check_invariants
+from verified_queue.queue import FreeBlockQueue
+
+OPERATIONS_PER_STEP = 4
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A named way to build the queue under test."""
+
+    name: str
+    build: Callable[[list[Block]], FreeBlockQueue[Block]]
+    max_n: int | None = None  # skipped above this size (the O(n)-per-operation mode)
+    max_steps: int | None = None  # fewer steps per sample for a slow subject
+
+
+SUBJECTS = [
+    Subject("production FreeBlockQueue", FreeBlockQueue),
+    Subject("check mode (default period)", CheckedFreeBlockQueue),
+    Subject(
+        "check mode, full check every op",
+        lambda blocks: CheckedFreeBlockQueue(blocks, full_check_every=1),
+        max_n=1_000,
+        max_steps=1_000,
+    ),
+]
+
+
+def steady_state(queue: FreeBlockQueue[Block], hits: Sequence[Block]) -> float:
+    """Run one evict-and-free plus one hit-and-free per block of ``hits``; return seconds."""
+    popleft, append, remove = queue.popleft, queue.append, queue.remove
+    started = time.perf_counter()
+    for block in hits:
+        append(popleft())
+        remove(block)
+        append(block)
+    return time.perf_counter() - started
+
+
+def time_subjects(n: int, steps: int, repetitions: int, seed: int) -> dict[str, list[float]]:
+    """Seconds per operation for each subject at size ``n``, one sample per repetition."""
+    samples: dict[str, list[float]] = {}
+    subjects = [subject for subject in SUBJECTS if subject.max_n is None or n <= subject.max_n]
+    prepared = []
+    for subject in subjects:
+        blocks = [Block() for _ in range(n)]
+        queue = subject.build(blocks)
+        # The same positions for every subject, so every subject does identical work.
+        length = min(steps, subject.max_steps or steps)
+        hits = [blocks[index] for index in random.Random(seed).sample(range(n), min(n, length))]
+        hits = (hits * (length // len(hits) + 1))[:length]
+        prepared.append((subject, queue, hits))
+        samples[subject.name] = []
+    for repetition in range(repetitions):
+        shift = repetition % len(prepared)
+        for subject, queue, hits in prepared[shift:] + prepared[:shift]:
+            gc.collect()
+            gc.disable()
+            try:
+                seconds = steady_state(queue, hits)
+            finally:
+                gc.enable()
+            samples[subject.name].append(seconds / (len(hits) * OPERATIONS_PER_STEP))
+    return samples
+
+
+def time_full_check(n: int, repetitions: int) -> float:
+    """Median seconds of one ``check_invariants`` walk over a healthy queue of ``n`` blocks."""
+    queue = FreeBlockQueue([Block() for _ in range(n)])
+    times = []
+    for _ in range(repetitions):
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            check_invariants(queue)
+            times.append(time.perf_counter() - started)
+        finally:
+            gc.enable()
+    return statistics.median(times)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the cost table; return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 100_000, 1_000_000])
+    parser.add_argument("--steps", type=int, default=50_000, help="steps per sample (4 ops each)")
+    parser.add_argument("--repetitions", type=int, default=7, help="samples per subject (>= 5)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="sizes 1000 and 100000, 10000 steps")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.steps = [1_000, 100_000], 10_000
+    if args.repetitions < 5:
+        parser.error("--repetitions must be at least 5 for a meaningful median")
+    print(
+        f"verified_queue {verified_queue.__version__}, queue compiled: {verified_queue.COMPILED}, "
+        f"Python {platform.python_version()} ({platform.machine()}), "
+        f"{args.repetitions} repetitions of {args.steps * OPERATIONS_PER_STEP} operations, "
+        "interleaved, GC off, median"
+    )
+    print()
+    print("| n | subject | ns per operation | ratio to production |")
+    print("| ---: | --- | ---: | ---: |")
+    for n in args.sizes:
+        samples = time_subjects(n, args.steps, args.repetitions, args.seed)
+        baseline = statistics.median(samples[SUBJECTS[0].name])
+        for name, values in samples.items():
+            median = statistics.median(values)
+            print(f"| {n:,} | {name} | {median * 1e9:,.0f} | {median / baseline:.2f}x |")
+        walk = time_full_check(n, args.repetitions)
+        period = max(1_000, n)
+        print(
+            f"| {n:,} | one check_invariants walk | {walk * 1e9:,.0f} total, "
+            f"{walk / n * 1e9:.0f} per block | amortized {walk / period * 1e9:,.0f} ns "
+            f"per op over {period:,} ops |"
+        )
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
