@@ -2,8 +2,10 @@
 
 Prints one Markdown table per workload: the median time of each
 implementation for each n and, in brackets, its ratio to the post-change
-vLLM design (below 1.00x is faster). ``--plot FILE.png`` draws the same
-medians (needs the ``plot`` extra).
+vLLM design (below 1.00x is faster), then the memory per block, the cost of
+the check-mode switch when it is off, and the project's targets with the
+ratios this run measured. ``--plot FILE.png`` draws the same medians (needs
+the ``plot`` extra).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import json
 import platform
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import verified_queue
-from bench.subjects import REFERENCE, Subject, all_subjects
+from bench.subjects import REFERENCE, Subject, all_subjects, switch_subjects
 from bench.workloads import (
     Settings,
     WorkloadResult,
@@ -26,7 +29,7 @@ from bench.workloads import (
     run_stepped,
 )
 
-__all__ = ["add_arguments", "format_table", "main", "run"]
+__all__ = ["add_arguments", "format_table", "main", "run", "targets"]
 
 WORKLOADS = ("single", "batch", "mixed", "build")
 
@@ -51,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload",
         action="append",
         choices=WORKLOADS,
-        help="run only this workload (repeatable; default: all, then block memory)",
+        help="run only this workload (repeatable; default: all, then memory and the switch)",
     )
     parser.add_argument(
         "--sizes",
@@ -84,13 +87,14 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def format_table(result: WorkloadResult, subjects: Sequence[Subject]) -> str:
-    """Return ``result`` as a Markdown table of medians and ratios to the reference design."""
-    reference = result.medians[REFERENCE]
+def format_table(
+    result: WorkloadResult, subjects: Sequence[Subject], reference_name: str = REFERENCE
+) -> str:
+    """Return ``result`` as a Markdown table of medians and ratios to the reference row."""
+    reference = result.medians[reference_name]
     sizes = list(reference)
-    scale, unit = (1e3, "ms") if result.name == "build" else (1e6, "µs")
     if result.name == "build":
-        header = f"| {result.name} ({sizes[0]:,} blocks) | {unit} | ratio |"
+        header = f"| {result.name} ({sizes[0]:,} blocks) | ms | ratio |"
         rule = "|---|---:|---:|"
     else:
         header = f"| {result.name} ({result.unit}) | " + " | ".join(f"n={n}" for n in sizes) + " |"
@@ -100,14 +104,85 @@ def format_table(result: WorkloadResult, subjects: Sequence[Subject]) -> str:
         medians = result.medians[subject.name]
         cells = []
         for n in sizes:
-            value = medians[n] * scale
             ratio = medians[n] / reference[n]
             if result.name == "build":
-                cells += [f"{value:,.1f}", f"{ratio:.2f}x"]
+                cells += [f"{medians[n] * 1e3:,.1f}", f"{ratio:.2f}x"]
             else:
-                cells.append(f"{value:,.2f} ({ratio:.2f}x)")
+                cells.append(f"{medians[n] * 1e6:,.2f} ({ratio:.2f}x)")
         lines.append(f"| {subject.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _ratio(result: WorkloadResult, name: str, reference: str, n: int) -> float | None:
+    if name not in result.medians or reference not in result.medians:
+        return None
+    mine = result.medians[name].get(n)
+    theirs = result.medians[reference].get(n)
+    return None if mine is None or theirs is None else mine / theirs
+
+
+def targets(results: Sequence[WorkloadResult], production: str) -> list[tuple[str, str, bool]]:
+    """Return ``(target, measured, met)`` for each project target this run can judge."""
+    by_name = {result.name: result for result in results}
+    rows: list[tuple[str, str, bool]] = []
+    compiled = verified_queue.COMPILED
+    worst: tuple[float, str] | None = None
+    for result in results:
+        for n in result.medians.get(production, {}):
+            ratio = _ratio(result, production, REFERENCE, n)
+            if ratio is not None and (worst is None or ratio > worst[0]):
+                worst = (ratio, f"{result.name}, n={n}")
+    if worst is not None:
+        goal = "below 1.00x" if compiled else "at most 1.00x"
+        met = worst[0] < 1.0 if compiled else worst[0] <= 1.0
+        rows.append(
+            (
+                f"{production} {goal} the post-change design on every workload and n",
+                f"worst {worst[0]:.2f}x ({worst[1]})",
+                met,
+            )
+        )
+    batch = by_name.get("batch")
+    single = by_name.get("single")
+    big = 1000
+    if batch is not None:
+        ratio = _ratio(batch, "pre-change vLLM", production, big)
+        if ratio is not None:
+            rows.append(
+                (
+                    "at least 10x faster than the pre-change design, batch, n=1000",
+                    f"{ratio:.1f}x faster",
+                    ratio >= 10,
+                )
+            )
+    if compiled and single is not None and batch is not None:
+        for result, floor in ((single, 3.0), (batch, 1.5)):
+            ratio = _ratio(result, REFERENCE, production, big)
+            if ratio is not None:
+                rows.append(
+                    (
+                        f"compiled at least {floor:g}x faster than post-change, "
+                        f"{result.name}, n=1000",
+                        f"{ratio:.2f}x faster",
+                        ratio >= floor,
+                    )
+                )
+    if single is not None:
+        for name in ("check mode, no periodic full check", "check mode, default period"):
+            ratios = [
+                ratio
+                for n in single.medians.get(name, {})
+                if (ratio := _ratio(single, name, production, n)) is not None
+            ]
+            if ratios:
+                rows.append(
+                    (
+                        f"{name}: at most 3x the production queue, single, every n",
+                        f"worst {max(ratios):.2f}x",
+                        max(ratios) <= 3.0,
+                    )
+                )
+    return rows
 
 
 def _describe(settings: Settings) -> str:
@@ -120,10 +195,25 @@ def _describe(settings: Settings) -> str:
     )
 
 
+def _switch_check(settings: Settings) -> WorkloadResult | None:
+    """Time the production queue through the switch (off) and directly, or None if it is on."""
+    if verified_queue.CHECK_LEVEL != "off":
+        print("\nVERIFIED_QUEUE_CHECKS is on: the switch-off comparison is skipped.")
+        return None
+    subjects = switch_subjects()
+    result = run_stepped("single", subjects, replace(settings, sizes=(10, 1000)))
+    print()
+    print(format_table(result, subjects, reference_name=subjects[0].name))
+    same = verified_queue.FreeBlockQueue is verified_queue.queue.FreeBlockQueue
+    print(f"\nswitch off: verified_queue.FreeBlockQueue is the production class itself: {same}")
+    return result
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the selected workloads, print their tables, and save the plot or samples if asked."""
     settings = _settings(args)
     subjects = all_subjects(check_mode=not args.no_check_mode)
+    production = subjects[0].name
     chosen = args.workload or list(WORKLOADS)
     print(_describe(settings))
     results: list[WorkloadResult] = []
@@ -140,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(format_table(result, subjects), flush=True)
     memory: dict[str, float] = {}
+    switch: WorkloadResult | None = None
     if args.workload is None:
         memory = block_memory()
         print()
@@ -147,12 +238,18 @@ def run(args: argparse.Namespace) -> int:
         print("|---|---:|")
         for label, size in memory.items():
             print(f"| {label} | {size:.0f} |")
+        switch = _switch_check(settings)
+    print("\n| target | measured | met |")
+    print("|---|---|---|")
+    for goal, measured, met in targets(results, production):
+        print(f"| {goal} | {measured} | {'yes' if met else 'NO'} |")
     if args.json is not None:
         payload = {
             "description": _describe(settings),
             "compiled": verified_queue.COMPILED,
             "workloads": {r.name: {"unit": r.unit, "samples": r.samples} for r in results},
             "bytes_per_block": memory,
+            "switch_off": None if switch is None else switch.samples,
         }
         args.json.write_text(json.dumps(payload, indent=1) + "\n")
     if args.plot is not None:

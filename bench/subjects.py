@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import verified_queue
@@ -27,7 +25,9 @@ __all__ = [
     "QueueLike",
     "Subject",
     "all_subjects",
-    "load_pure_python_queue",
+    "detach_all",
+    "new_blocks",
+    "switch_subjects",
 ]
 
 #: The row every ratio is taken against: vLLM's current design.
@@ -90,26 +90,6 @@ class Subject:
     links_in_blocks: bool = True
 
 
-def load_pure_python_queue() -> type[Any]:
-    """Return the pure-Python ``FreeBlockQueue``, even when the compiled module is the one loaded.
-
-    The compiled wheel ships ``queue.py`` beside the extension, so one run can
-    time both builds side by side.
-    """
-    if not verified_queue.COMPILED:
-        return queue_module.FreeBlockQueue
-    source = Path(queue_module.__file__ or "").with_name("queue.py")
-    name = "verified_queue._pure_python_queue"
-    spec = importlib.util.spec_from_file_location(name, source)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"no pure-Python source beside the compiled queue: {source}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    pure: type[Any] = module.FreeBlockQueue
-    return pure
-
-
 def _checked_queue_class() -> type[Any] | None:
     """Return ``CheckedFreeBlockQueue`` where check mode is available, else ``None``."""
     try:
@@ -128,17 +108,23 @@ def _new_production_queue(queue_class: type[Any]) -> Callable[[list[Any]], Queue
     return build
 
 
-def _new_checked_queue(queue_class: type[Any]) -> Callable[[list[Any]], QueueLike]:
+def _new_checked_queue(
+    queue_class: type[Any], full_check_every: int | None
+) -> Callable[[list[Any]], QueueLike]:
     def build(blocks: list[Any]) -> QueueLike:
-        # Check mode with the periodic full O(n) check off: only its O(1) checks run.
-        built: QueueLike = queue_class(blocks, full_check_every=0)
+        built: QueueLike = queue_class(blocks, full_check_every=full_check_every)
         return built
 
     return build
 
 
 def all_subjects(*, check_mode: bool = True) -> list[Subject]:
-    """Return the implementations to measure, the loaded production queue first."""
+    """Return the implementations to measure, the loaded production queue first.
+
+    Check mode, where available, is measured twice: with no periodic full
+    check (a period longer than any run: only the O(1) checks of every
+    operation), and with its default period, ``max(1000, len(queue))``.
+    """
     build_name = "compiled" if verified_queue.COMPILED else "pure Python"
     subjects = [
         Subject(
@@ -147,23 +133,47 @@ def all_subjects(*, check_mode: bool = True) -> list[Subject]:
             _new_production_queue(queue_module.FreeBlockQueue),
         )
     ]
-    if verified_queue.COMPILED:
-        subjects.append(
-            Subject(
-                "verified_queue (pure Python)",
-                BenchBlock,
-                _new_production_queue(load_pure_python_queue()),
-            )
-        )
     checked = _checked_queue_class() if check_mode else None
     if checked is not None:
-        subjects.append(Subject("check mode", BenchBlock, _new_checked_queue(checked)))
+        subjects.append(
+            Subject(
+                "check mode, no periodic full check",
+                BenchBlock,
+                _new_checked_queue(checked, sys.maxsize),
+            )
+        )
+        checked_module = sys.modules[checked.__module__]
+        if getattr(checked_module, "DEFAULT_FULL_CHECK_EVERY", None) is None:
+            # Under VERIFIED_QUEUE_CHECKS=full the default is a full check per operation.
+            subjects.append(
+                Subject("check mode, default period", BenchBlock, _new_checked_queue(checked, None))
+            )
     subjects += [
         Subject(REFERENCE, PostChangeBlock, PostChangeQueue),
         Subject("pre-change vLLM", PreChangeBlock, PreChangeQueue),
         Subject("OrderedDict", PostChangeBlock, OrderedDictQueue, links_in_blocks=False),
     ]
     return subjects
+
+
+def switch_subjects() -> list[Subject]:
+    """Return the production queue imported past the check-mode switch, and directly.
+
+    With ``VERIFIED_QUEUE_CHECKS`` unset, ``verified_queue.FreeBlockQueue`` is
+    the production class itself, so the two rows must agree within noise.
+    """
+    return [
+        Subject(
+            "verified_queue.queue.FreeBlockQueue",
+            BenchBlock,
+            _new_production_queue(queue_module.FreeBlockQueue),
+        ),
+        Subject(
+            "verified_queue.FreeBlockQueue, switch off",
+            BenchBlock,
+            _new_production_queue(verified_queue.FreeBlockQueue),
+        ),
+    ]
 
 
 def new_blocks(subject: Subject, count: int) -> list[Any]:

@@ -29,15 +29,19 @@ from bench.subjects import BenchBlock, QueueLike, Subject, detach_all, new_block
 from verified_queue.block import Block
 
 __all__ = [
+    "APPEND",
     "POPLEFT",
     "REMOVE",
     "Settings",
     "WorkloadResult",
     "block_memory",
+    "collector_off",
     "mixed_stream",
     "run_build",
     "run_mixed",
     "run_stepped",
+    "time_batch",
+    "time_single",
 ]
 
 # Operation codes of the mixed stream.
@@ -83,7 +87,7 @@ class WorkloadResult:
 
 
 @contextmanager
-def _collector_off() -> Iterator[None]:
+def collector_off() -> Iterator[None]:
     """Collect once, then keep the garbage collector off until the block ends."""
     was_enabled = gc.isenabled()
     gc.collect()
@@ -113,7 +117,7 @@ def _same_results(name: str, results: dict[str, list[int]]) -> None:
             raise RuntimeError(f"{name}: {subject} and {expected_name} disagree on the free list")
 
 
-def _time_single(queue: QueueLike, n: int, loops: int) -> float:
+def time_single(queue: QueueLike, n: int, loops: int) -> float:
     """n x popleft, then n x append of the popped blocks: the per-block allocator."""
     popleft = queue.popleft
     append = queue.append
@@ -125,7 +129,7 @@ def _time_single(queue: QueueLike, n: int, loops: int) -> float:
     return (time.perf_counter() - start) / loops
 
 
-def _time_batch(queue: QueueLike, n: int, loops: int) -> float:
+def time_batch(queue: QueueLike, n: int, loops: int) -> float:
     """popleft_n(n), then append_n of the result: the batched allocator."""
     popleft_n = queue.popleft_n
     append_n = queue.append_n
@@ -136,8 +140,8 @@ def _time_batch(queue: QueueLike, n: int, loops: int) -> float:
 
 
 STEPPED: dict[str, Callable[[QueueLike, int, int], float]] = {
-    "single": _time_single,
-    "batch": _time_batch,
+    "single": time_single,
+    "batch": time_batch,
 }
 
 
@@ -150,7 +154,7 @@ def run_stepped(name: str, subjects: Sequence[Subject], settings: Settings) -> W
     timer = STEPPED[name]
     result = WorkloadResult(name, "µs per step")
     queues = {s.name: s.new_queue(new_blocks(s, settings.queue_size)) for s in subjects}
-    with _collector_off():
+    with collector_off():
         for n in settings.sizes:
             loops = settings.loops(n)
             for repetition in range(settings.repetitions):
@@ -234,7 +238,7 @@ def run_mixed(subjects: Sequence[Subject], settings: Settings) -> WorkloadResult
     stream = mixed_stream(settings.queue_size, longest, settings.seed)
     blocks = {s.name: new_blocks(s, settings.queue_size) for s in subjects}
     final: dict[str, list[int]] = {}
-    with _collector_off():
+    with collector_off():
         for n in settings.sizes:
             loops = settings.loops(n)
             for repetition in range(settings.repetitions):
@@ -258,7 +262,7 @@ def run_build(subjects: Sequence[Subject], settings: Settings) -> WorkloadResult
     final: dict[str, list[int]] = {}
     for subject in subjects:
         blocks = new_blocks(subject, size)
-        with _collector_off():
+        with collector_off():
             for _ in range(settings.repetitions):
                 detach_all(blocks)
                 start = time.perf_counter()
