@@ -12,7 +12,8 @@ times every subject once, in rotating order), with the garbage collector off
 during each timing; the table gives the median time per operation over the
 repetitions and its ratio to the production queue. A separate row times one
 full ``check_invariants`` walk, the O(n) work check mode amortizes over
-``max(1000, n)`` operations.
+``max(1000, n)`` operations, and another the memory check mode's membership
+dict adds per block (traced with ``tracemalloc``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -111,6 +113,22 @@ def time_full_check(n: int, repetitions: int) -> float:
     return statistics.median(times)
 
 
+def membership_bytes_per_block(n: int) -> float:
+    """Extra bytes per block a checked queue holds over a production queue of the same blocks."""
+    blocks = [Block() for _ in range(n)]
+    held = []
+    for build in (FreeBlockQueue, CheckedFreeBlockQueue):
+        for block in blocks:
+            block.prev_free_block = block.next_free_block = None
+        gc.collect()
+        tracemalloc.start()
+        queue = build(blocks)
+        held.append(tracemalloc.get_traced_memory()[0])
+        tracemalloc.stop()
+        del queue
+    return (held[1] - held[0]) / n
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the cost table; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -145,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {n:,} | one check_invariants walk | {walk * 1e9:,.0f} total, "
             f"{walk / n * 1e9:.0f} per block | amortized {walk / period * 1e9:,.0f} ns "
             f"per op over {period:,} ops |"
+        )
+        print(
+            f"| {n:,} | check mode's membership | {membership_bytes_per_block(n):.0f} bytes "
+            "per block | on top of the production queue |"
         )
     sys.stdout.flush()
     return 0
