@@ -26,8 +26,13 @@ def draw(
     stepped = [r for r in results if r.name != "build"]
     builds = [r for r in results if r.name == "build"]
     panels = len(stepped) + len(builds)
-    figure, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.6), squeeze=False)
-    for axis, result in zip(axes[0], stepped, strict=False):
+    columns = min(panels, 2)
+    rows = -(-panels // columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(6.4 * columns, 4.8 * rows), squeeze=False)
+    axes = list(grid.flat)
+    for axis in axes[panels:]:
+        axis.set_visible(False)
+    for axis, result in zip(axes, stepped, strict=False):
         for marker, subject in zip(MARKERS, subjects, strict=False):
             medians = result.medians[subject.name]
             sizes = sorted(medians)
@@ -43,18 +48,20 @@ def draw(
         axis.set_ylabel(result.unit)
         axis.set_title(result.name)
         axis.grid(visible=True, which="both", linewidth=0.3)
-    for axis, result in zip(axes[0][len(stepped) :], builds, strict=False):
+    for axis, result in zip(axes[len(stepped) :], builds, strict=False):
         names = [subject.name for subject in subjects]
         times = [next(iter(result.medians[name].values())) * 1e3 for name in names]
         size = next(iter(result.medians[names[0]]))
-        axis.barh(names, times)
+        colours = [f"C{index}" for index in range(len(names))]  # the line colours
+        axis.barh(names, times, color=colours)
         axis.invert_yaxis()
         axis.set_xlabel("ms")
         axis.set_title(f"build a queue of {size:,} blocks")
         axis.grid(visible=True, axis="x", linewidth=0.3)
     if stepped:
-        axes[0][0].legend(fontsize="small")
+        handles, labels = axes[0].get_legend_handles_labels()
+        figure.legend(handles, labels, loc="lower center", ncol=3, fontsize="small")
     figure.suptitle(title, fontsize="small")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
