@@ -86,8 +86,6 @@ class Subject:
     name: str
     new_block: Callable[[int], Any]
     new_queue: Callable[[list[Any]], QueueLike]
-    #: Whether its blocks carry links that must be cleared before a rebuild.
-    links_in_blocks: bool = True
 
 
 def _checked_queue_class() -> type[Any] | None:
@@ -151,7 +149,7 @@ def all_subjects(*, check_mode: bool = True) -> list[Subject]:
     subjects += [
         Subject(REFERENCE, PostChangeBlock, PostChangeQueue),
         Subject("pre-change vLLM", PreChangeBlock, PreChangeQueue),
-        Subject("OrderedDict", PostChangeBlock, OrderedDictQueue, links_in_blocks=False),
+        Subject("OrderedDict", PostChangeBlock, OrderedDictQueue),
     ]
     return subjects
 
