@@ -41,6 +41,7 @@ def test_the_queue_module_has_examples() -> None:
     assert examples >= 20
 
 
+@pytest.mark.production_only  # the README shows the production class's repr
 def test_readme_examples() -> None:
     """Every example in README.md produces the output it shows."""
     results = doctest.testfile(

@@ -411,7 +411,11 @@ def test_a_block_repeated_in_one_free_is_a_double_free() -> None:
         (lambda pool: setattr(pool.null_block, "block_hash", pool.blocks[1].block_hash), "null"),
         (lambda pool: pool.free_block_queue.append(pool.null_block), "null block"),
         (lambda pool: pool.free_block_queue.append(KVCacheBlock(1)), "does not own"),
-        (lambda pool: setattr(pool.free_block_queue, "num_free_blocks", 9), "counts 9"),
+        pytest.param(
+            lambda pool: setattr(pool.free_block_queue, "num_free_blocks", 9),
+            "counts 9",
+            marks=pytest.mark.production_only,  # check mode flags the count first, its own way
+        ),
         (
             lambda pool: pool.cached_block_hash_to_block.update({BlockHash(0, ()): {}}),
             "an empty entry",
@@ -430,6 +434,7 @@ def test_check_consistency_catches_each_planted_break(
         pool.check_consistency()
 
 
+@pytest.mark.production_only  # check mode stops the second linking itself
 def test_check_consistency_catches_a_block_queued_twice() -> None:
     """A block that appears twice in the free queue (a corrupted link) is reported."""
     pool = BlockPool(4)
