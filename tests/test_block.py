@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from block_types import KVCacheBlock, NumberedBlock
 
+import verified_queue
 from verified_queue import Block, FreeBlockQueue
 
 
@@ -21,8 +22,12 @@ def test_plain_block_starts_detached() -> None:
 
 def test_block_has_only_link_slots() -> None:
     """Block is slotted with exactly the two links, so instances carry no __dict__."""
-    assert Block.__slots__ == ("prev_free_block", "next_free_block")
+    if not verified_queue.COMPILED:
+        # Compiled, Block is a native class: its links are C struct fields, not __slots__.
+        assert Block.__slots__ == ("prev_free_block", "next_free_block")
     assert not hasattr(Block(), "__dict__")
+    with pytest.raises(AttributeError):
+        Block().extra = 1  # type: ignore[attr-defined]  # the point: no room for it
 
 
 def test_subclass_that_skips_block_init_starts_detached() -> None:

@@ -75,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command named in ``argv`` and return the process exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(arguments).parse_args(arguments)
-    print(f"verified_queue {verified_queue.__version__}")
+    build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
+    print(f"verified_queue {verified_queue.__version__} ({build})")
     status: int = args.handler(args)
     return status
 
