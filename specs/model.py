@@ -221,7 +221,9 @@ class ListModel(Generic[B]):
         if n < 0:
             raise NegativeCountError(f"popleft_n({n}): negative count")
         popped = self.blocks[:n]
-        del self.blocks[:n]
+        # Rebind rather than ``del self.blocks[:n]``: under CrossHair, a slice by a symbolic
+        # ``n`` is a view of the list, which deleting from the list in place would corrupt.
+        self.blocks = self.blocks[n:]
         for block in popped:
             self.membership.linked_ids.discard(id(block))
         return popped
