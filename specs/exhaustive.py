@@ -259,7 +259,7 @@ class _Checker:
             got = outcome_of(operation, queue)
             if want.error is not None:
                 report.rejected += 1
-            problem = outcome_difference(got, want)
+            problem = outcome_difference(got, want, messages=True)
             if problem is not None:
                 report.counterexample = f"from {list(state)!r}, {label}: {problem}"
                 return
@@ -276,6 +276,11 @@ class _Checker:
         expected = f"<{type(queue).__qualname__} with {len(model)} free blocks>"
         if repr(queue) != expected:
             return f"repr() is {queue!r}, expected {expected}"
+        # Diagnostics name the ends: an error about a sentinel says which one it is.
+        roles = [getattr(queue.fake_free_list_head, "role", None)]
+        roles.append(getattr(queue.fake_free_list_tail, "role", None))
+        if roles != ["head", "tail"]:
+            return f"the sentinels are labelled {roles}, not ['head', 'tail']"
         for block in [*self.universe, *self.sentinels]:
             self.report.queries += 1
             got = outcome_of(operator.contains, queue, block)
@@ -293,13 +298,16 @@ class _Checker:
                 want = outcome_of(functools.partial(ListModel, membership=model.membership), batch)
                 got = outcome_of(self.queue_type, batch)
                 label = f"{self.queue_type.__qualname__}({_batch_label(batch)})"
-                problem = outcome_difference(got, want) if want.error is not None else None
                 if want.error is not None:
                     self.report.rejected += 1
+                    problem = outcome_difference(got, want, messages=True)
                 elif got.error is not None:
-                    problem = f"raised {got.error!r}"
+                    problem = f"raised {got.error!r}, the model accepted the batch"
                 elif isinstance(got.result, FreeBlockQueue) and isinstance(want.result, ListModel):
+                    # A new queue: compared with the new model by content, not identity.
                     problem = mismatch(got.result, want.result, self.universe, queries=True)
+                else:
+                    problem = f"built {got.result!r}, not a queue"
                 if problem is None:
                     self.verify(label, state, model)
                 else:

@@ -1,9 +1,10 @@
 """The reference semantics of the free-block queue: a plain Python list, compared by identity.
 
 :class:`ListModel` has the same API as :class:`~verified_queue.FreeBlockQueue` and raises the
-same exceptions in the same situations, but it keeps its blocks in a ``list`` and never touches
-their links. It is the definition of correct that every checker in ``specs/`` and ``tests/``
-compares the linked queue against.
+same exceptions, with the same messages, in the same situations, but it keeps its blocks in a
+``list`` and never touches their links. It is the definition of correct that every checker in
+``specs/`` and ``tests/`` compares the linked queue against. (The messages are part of it
+because a caller debugging a double free reads them; the exhaustive check compares them.)
 
 Which blocks are linked anywhere is part of the state the model needs: ``append`` of a block
 that sits in *another* queue is a double free too. Models of queues that share one pool of
@@ -94,10 +95,10 @@ class Membership:
     >>> block = SpecBlock(0)
     >>> left, right = ListModel(membership=membership), ListModel(membership=membership)
     >>> left.append(block)
-    >>> right.append(block)
+    >>> right.append(block)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    verified_queue.errors.AlreadyInQueueError: append(SpecBlock(0)): already in a queue
+    verified_queue.errors.AlreadyInQueueError: append(SpecBlock(0)): it is already linked in ...
     """
 
     __slots__ = ("linked_ids",)
@@ -128,7 +129,7 @@ class ListModel(Generic[B]):
     >>> model.popleft_n(3)
     Traceback (most recent call last):
     ...
-    verified_queue.errors.EmptyQueueError: popleft_n(3) with 2 free blocks
+    verified_queue.errors.EmptyQueueError: popleft_n(3) from a FreeBlockQueue with 2 free blocks
     """
 
     __slots__ = ("blocks", "membership")
@@ -204,7 +205,7 @@ class ListModel(Generic[B]):
         Runtime complexity: O(n) (the model is not meant to be fast)
         """
         if not self.blocks:
-            raise EmptyQueueError("popleft() from an empty queue")
+            raise EmptyQueueError("popleft() from an empty FreeBlockQueue")
         block = self.blocks.pop(0)
         self.membership.linked_ids.discard(id(block))
         return block
@@ -217,9 +218,11 @@ class ListModel(Generic[B]):
         Runtime complexity: O(len(self))
         """
         if n > len(self.blocks):
-            raise EmptyQueueError(f"popleft_n({n}) with {len(self.blocks)} free blocks")
+            raise EmptyQueueError(
+                f"popleft_n({n}) from a FreeBlockQueue with {len(self.blocks)} free blocks"
+            )
         if n < 0:
-            raise NegativeCountError(f"popleft_n({n}): negative count")
+            raise NegativeCountError(f"popleft_n({n}): the count must not be negative")
         popped = self.blocks[:n]
         # Rebind rather than ``del self.blocks[:n]``: under CrossHair, a slice by a symbolic
         # ``n`` is a view of the list, which deleting from the list in place would corrupt.
@@ -239,7 +242,13 @@ class ListModel(Generic[B]):
         """
         index = position(self.blocks, block)
         if index < 0:
-            raise NotInQueueError(f"remove({block!r}): not in this queue")
+            if isinstance(block, Sentinel):
+                reason = "it is a queue sentinel, which never leaves its queue"
+            elif self.membership.is_linked(block):
+                reason = "it is linked in another queue"
+            else:
+                reason = "it is not linked in a queue"
+            raise NotInQueueError(f"remove({block!r}): {reason}")
         del self.blocks[index]
         self.membership.linked_ids.discard(id(block))
 
@@ -252,7 +261,7 @@ class ListModel(Generic[B]):
         Runtime complexity: O(1)
         """
         if isinstance(block, Sentinel) or self.membership.is_linked(block):
-            raise AlreadyInQueueError(f"append({block!r}): already in a queue")
+            raise _refused("append", block)
         self.blocks.append(block)
         self.membership.linked_ids.add(id(block))
 
@@ -269,7 +278,7 @@ class ListModel(Generic[B]):
         seen: set[int] = set()
         for block in batch:
             if isinstance(block, Sentinel) or self.membership.is_linked(block) or id(block) in seen:
-                raise AlreadyInQueueError(f"append_n(...{block!r}...): already in a queue")
+                raise _refused("append_n", block)
             seen.add(id(block))
         self.blocks.extend(batch)
         self.membership.linked_ids.update(seen)
@@ -280,3 +289,12 @@ class ListModel(Generic[B]):
         Runtime complexity: O(n)
         """
         return list(self.blocks)
+
+
+def _refused(operation: str, block: Block) -> AlreadyInQueueError:
+    """The error for a block that may not join: a sentinel, or one already in a queue."""
+    if isinstance(block, Sentinel):
+        reason = "it is a queue sentinel"
+    else:
+        reason = "it is already linked in a queue (a double free?)"
+    return AlreadyInQueueError(f"{operation}({block!r}): {reason}")

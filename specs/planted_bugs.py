@@ -1,7 +1,9 @@
 """Deliberately wrong free-block queues, for showing that no checker is vacuous.
 
 Each class overrides one method of :class:`~verified_queue.FreeBlockQueue` with a small,
-realistic mistake: the kind a refactor or a "harmless" speed-up introduces. Every
+realistic mistake: the kind a refactor or a "harmless" speed-up introduces. Everything else,
+error messages included, is the production code's, so a checker that reports a planted bug
+reports the bug, not a difference in wording. Every
 verification layer (the stateful machines, the exhaustive check, the CrossHair contracts) is
 run against every one of them in the tests and must report each.
 
@@ -16,12 +18,10 @@ from typing import Any, TypeVar, cast
 
 from verified_queue.block import Block
 from verified_queue.errors import (
-    AlreadyInQueueError,
     EmptyQueueError,
     NegativeCountError,
-    NotInQueueError,
 )
-from verified_queue.queue import FreeBlockQueue
+from verified_queue.queue import FreeBlockQueue, _already_linked, _not_linked
 
 __all__ = [
     "PLANTED_BUGS",
@@ -78,7 +78,7 @@ class RemoveForgetsCount(FreeBlockQueue[B]):
         before = block.prev_free_block
         after = block.next_free_block
         if before is None or after is None:
-            raise NotInQueueError(f"remove({block!r}): the block is not linked in a queue")
+            raise _not_linked(block)
         before.next_free_block = after
         after.prev_free_block = before
         block.prev_free_block = block.next_free_block = None
@@ -104,7 +104,7 @@ class AppendNWrongNeighbour(FreeBlockQueue[B]):
                 for undo in linked:
                     undo.prev_free_block = undo.next_free_block = None
                 attach_to.next_free_block = tail
-                raise AlreadyInQueueError(f"append_n({block!r}): already linked")
+                raise _already_linked("append_n", block)
             block.prev_free_block = attach_to  # should be ``last``
             last.next_free_block = block
             last = block
@@ -122,7 +122,9 @@ class PopleftNOffByOne(FreeBlockQueue[B]):
     def popleft_n(self, n: int) -> list[B]:
         """Pop ``n`` blocks, wrongly refusing to empty the queue."""
         if n >= self.num_free_blocks:
-            raise EmptyQueueError(f"popleft_n({n}) from a queue of {self.num_free_blocks}")
+            raise EmptyQueueError(
+                f"popleft_n({n}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
+            )
         if n < 0:
             raise NegativeCountError(f"popleft_n({n}): the count must not be negative")
         return super().popleft_n(n)
@@ -188,7 +190,7 @@ class AppendNNotAtomic(FreeBlockQueue[B]):
         batch = list(blocks)
         for block in batch:
             if block.next_free_block is not None or block.prev_free_block is not None:
-                raise AlreadyInQueueError(f"append_n({block!r}): already linked")
+                raise _already_linked("append_n", block)
             block.prev_free_block = last
             last.next_free_block = block
             last = block
@@ -211,7 +213,7 @@ class RemoveAcceptsSentinel(FreeBlockQueue[B]):
         before = block.prev_free_block
         after = block.next_free_block
         if before is None and after is None:
-            raise NotInQueueError(f"remove({block!r}): the block is not linked in a queue")
+            raise _not_linked(block)
         if before is not None:
             before.next_free_block = after
         if after is not None:

@@ -156,21 +156,28 @@ def same_result(got: object, want: object) -> bool:
     return got is want
 
 
-def outcome_difference(got: Outcome, want: Outcome) -> str | None:
+def outcome_difference(got: Outcome, want: Outcome, *, messages: bool = False) -> str | None:
     """Describe how the queue's outcome ``got`` differs from the model's ``want``, or ``None``.
 
-    Errors must be of exactly the model's type; results must be the same objects.
+    Errors must be of exactly the model's type, and with ``messages`` say exactly what the
+    model's say; results must be the same objects.
 
     Runtime complexity: O(len(result))
     """
     if want.error is not None:
-        if got.error is None:
-            return f"returned {got.result!r}, the model raised {type(want.error).__name__}"
-        if type(got.error) is not type(want.error):
-            return f"raised {got.error!r}, the model raised {type(want.error).__name__}"
-        return None
+        return _error_difference(got, want.error, messages)
     if got.error is not None:
         return f"raised {got.error!r}, the model returned {want.result!r}"
     if not same_result(got.result, want.result):
         return f"returned {got.result!r}, the model returned {want.result!r}"
+    return None
+
+
+def _error_difference(got: Outcome, wanted: BaseException, messages: bool) -> str | None:
+    if got.error is None:
+        return f"returned {got.result!r}, the model raised {type(wanted).__name__}"
+    if type(got.error) is not type(wanted):
+        return f"raised {got.error!r}, the model raised {type(wanted).__name__}"
+    if messages and str(got.error) != str(wanted):
+        return f"raised {got.error!r}, the model raised {wanted!r}"
     return None

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 
 import pytest
 
 from specs.exhaustive import check_every_state, count_states, main
+from specs.model import SpecBlock
 from specs.planted_bugs import PLANTED_BUGS
+from verified_queue.errors import EmptyQueueError
+from verified_queue.queue import FreeBlockQueue
 
 
 def test_every_operation_from_every_state_of_six_blocks() -> None:
@@ -58,3 +62,32 @@ def test_command_line_reports_and_fails_on_a_bug(capsys: pytest.CaptureFixture[s
     assert "16 states" in capsys.readouterr().out
     assert main(["--blocks", "3", "--variant", "remove_forgets_count"]) == 1
     assert "COUNTEREXAMPLE" in capsys.readouterr().out
+
+
+class _TersePopleft(FreeBlockQueue[SpecBlock]):
+    """Raises the right error for an empty popleft, but with a message that names nothing."""
+
+    __slots__ = ()
+
+    def popleft(self) -> SpecBlock:
+        if not self.num_free_blocks:
+            raise EmptyQueueError("empty")
+        return super().popleft()
+
+
+class _UnlabelledSentinels(FreeBlockQueue[SpecBlock]):
+    """Labels both sentinels alike, so diagnostics cannot tell the ends apart."""
+
+    __slots__ = ()
+
+    def __init__(self, blocks: Iterable[SpecBlock] = ()) -> None:
+        super().__init__(blocks)
+        self.fake_free_list_head.role = self.fake_free_list_tail.role = "end"  # type: ignore[attr-defined]  # both are Sentinels
+
+
+@pytest.mark.parametrize("variant", [_TersePopleft, _UnlabelledSentinels])
+def test_exhaustive_check_compares_diagnostics(variant: type[FreeBlockQueue[SpecBlock]]) -> None:
+    """Error messages and sentinel labels are part of what the exhaustive check compares."""
+    report = check_every_state(blocks=2, max_batch=1, queue_type=variant)
+    assert report.counterexample is not None
+    assert "model raised" in report.counterexample or "labelled" in report.counterexample
