@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
@@ -134,9 +134,9 @@ def test_checked_queue_declares_slots_and_names_its_class_in_repr() -> None:
     assert repr(queue) == "<CheckedFreeBlockQueue with 2 free blocks>"
 
 
-def test_full_check_every_must_be_a_positive_int_or_none() -> None:
-    """Zero, negative, fractional and boolean periods are refused."""
-    for period in (0, -1, 1.5, True, "3"):
+def test_full_check_every_must_be_a_non_negative_int_or_none() -> None:
+    """Negative, fractional, boolean and string periods are refused."""
+    for period in (-1, 1.5, True, False, "3"):
         with pytest.raises(ValueError, match="full_check_every"):
             CheckedFreeBlockQueue(full_check_every=period)  # type: ignore[arg-type]  # the misuse under test
 
@@ -173,6 +173,106 @@ def test_default_period_is_max_of_1000_and_the_length() -> None:
     for _ in range(3000):
         large.append(large.popleft())
     assert large.full_checks == 2  # at operation 1000, then 3000 operations later
+
+
+def test_full_check_every_zero_never_runs_the_full_check_by_itself() -> None:
+    """With full_check_every=0 the full check never runs by itself, even when the countdown ends."""
+    queue = _CountingQueue([Block() for _ in range(10)], full_check_every=0)
+    for _ in range(2 * MIN_FULL_CHECK_PERIOD):
+        queue.append(queue.popleft())
+    queue._until_full_check = 1  # the countdown runs out at the next operation
+    for _ in range(3):
+        queue.append(queue.popleft())
+    assert queue.full_checks == 0
+    assert queue._until_full_check > MIN_FULL_CHECK_PERIOD  # rewound, not acted on
+
+
+def test_full_check_every_zero_keeps_the_o1_checks_and_the_full_check_on_demand() -> None:
+    """With the periodic check off, far damage waits for full_check(); near damage still raises."""
+    queue, blocks = checked(10, full_check_every=0)
+    blocks[5].prev_free_block = blocks[2]  # far from both ends
+    for _ in range(3 * MIN_FULL_CHECK_PERIOD):  # operations at the back only
+        extra = Block()
+        queue.append(extra)
+        queue.remove(extra)
+    with pytest.raises(InvariantViolation):
+        queue.full_check()
+    near, near_blocks = checked(10, full_check_every=0)
+    near_blocks[1].prev_free_block = near_blocks[3]
+    with pytest.raises(InvariantViolation):
+        near.popleft()
+
+
+def test_a_period_set_after_zero_starts_at_the_next_full_check() -> None:
+    """Turning the periodic check on from 0 takes effect after a full check run by hand."""
+    queue = _CountingQueue([Block() for _ in range(10)], full_check_every=0)
+    queue.full_check_every = 3
+    queue.full_check()
+    for _ in range(3):
+        queue.append(queue.popleft())  # six operations: two periods of three
+    assert queue.full_checks == 3
+
+
+class _RecordingQueue(FreeBlockQueue[Block]):
+    """A production queue subclass that records each linking method it runs (a mixin)."""
+
+    __slots__ = ()
+
+    calls: list[str]  # the slot is the concrete class's: two bases may not both add slots
+
+    def popleft(self) -> Block:
+        self.calls.append("popleft")
+        return super().popleft()
+
+    def popleft_n(self, n: int) -> list[Block]:
+        self.calls.append("popleft_n")
+        return super().popleft_n(n)
+
+    def remove(self, block: Block) -> None:
+        self.calls.append("remove")
+        super().remove(block)
+
+    def append(self, block: Block) -> None:
+        self.calls.append("append")
+        super().append(block)
+
+    def append_n(self, blocks: Iterable[Block]) -> None:
+        self.calls.append("append_n")
+        super().append_n(blocks)
+
+
+class _CheckedRecordingQueue(CheckedFreeBlockQueue[Block], _RecordingQueue):
+    """Check mode whose MRO puts the recording subclass between it and the production queue."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, blocks: list[Block]) -> None:
+        self.calls = []
+        super().__init__(blocks)
+
+
+def test_check_mode_links_through_the_class_super_would_reach() -> None:
+    """Each checked operation links with the next class in the MRO, as a super() call would."""
+    blocks = [Block() for _ in range(4)]
+    queue = _CheckedRecordingQueue(blocks)
+    queue.remove(blocks[1])
+    queue.append(queue.popleft())
+    queue.append_n(queue.popleft_n(2))
+    assert queue.calls == ["append_n", "remove", "popleft", "append", "popleft_n", "append_n"]
+    assert same(queue.get_all_free_blocks(), [blocks[0], blocks[2], blocks[3]])
+    assert _CountingQueue._super_popleft is FreeBlockQueue.popleft
+
+
+def test_membership_holds_its_blocks_so_no_new_block_takes_a_member_s_id() -> None:
+    """A member unlinked by hand and dropped stays held: no new block gets its id or passes."""
+    queue, blocks = checked(3)
+    dropped = blocks.pop(1)
+    blocks[0].next_free_block, blocks[1].prev_free_block = blocks[1], blocks[0]
+    dropped_id = id(dropped)
+    del dropped
+    newcomers = [Block() for _ in range(1000)]
+    assert all(id(block) != dropped_id for block in newcomers)
+    assert not any(block in queue for block in newcomers)
 
 
 def test_iteration_and_listing_run_the_full_check() -> None:

@@ -13,24 +13,44 @@ of them it
 * every ``full_check_every`` operations runs the full O(n)
   :func:`~verified_queue.invariants.check_invariants` plus a membership walk.
   The default period, ``max(1000, len(queue))``, keeps the amortized cost per
-  operation O(1), so check mode can stay on for a whole serving run.
+  operation O(1), so check mode can stay on for a whole serving run;
+  ``full_check_every=0`` turns the periodic check off.
 
 On a queue damaged by outside code every method raises a ``QueueError``
 subclass (``InvariantViolation``, or the error the production queue would
 raise) and nothing else. "Damage" here means any value written into a
 block's two links or into ``num_free_blocks``.
 
-Why membership is a dict of blocks and not a set of ids: an ``id()`` is only
-unique among live objects. With a set of ids, a member that outside code
-unlinked and dropped could be garbage-collected and its id reused by a new
-block, which would then pass for a member. Holding each member in the dict
-keeps it alive, so its id cannot be reused while it is recorded, and the
-lookup ``members.get(id(block)) is block`` confirms identity. The cost is one
-dict entry per free block, and no block outlives its pool because of it
+Membership
+----------
+Membership is a dict ``id(block) -> block``, not a set of ids, because an
+``id()`` is only unique among live objects. With a set of ids, a member that
+outside code unlinked and dropped could be garbage-collected and its id reused
+by a new block, which would then pass for a member. Holding each member in the
+dict keeps it alive, and that makes the O(1) test ``id(node) in members``
+exact, with no ``members.get(id(node)) is node``: a recorded member is alive,
+two objects alive at the same time never share an id, and ``node`` is alive
+while it is tested (the test holds it), so ``id(node)`` is a key exactly when
+``node`` is the member recorded under it. The argument needs every key to be
+its value's id, which holds because only this class writes the dict. The cost
+is one dict entry per free block, and no block outlives its pool because of it
 unless the queue itself is kept.
 
-The class keeps to the production queue's public attributes and ``super()``
-calls, so it also subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
+Speed
+-----
+Check mode is meant to stay on for a whole serving run, so the mutating
+operations test the healthy case with inline conditions and call a diagnostic
+helper (``_check_*``, ``_expect_count``) only when one fails; the helper finds
+the exact fault and raises. The linking itself is the production queue's: each
+operation calls the method that ``super()`` would reach, so the production
+queue stays the only linking code and check mode checks its work. The method is
+resolved once per class, when the class is created (``_super_popleft`` and so
+on), because on Python 3.11 a ``super()`` call builds a proxy object on every
+call. A class that puts another ``FreeBlockQueue`` subclass after this one in
+its MRO gets that subclass's methods, exactly as ``super()`` would.
+
+The class keeps to the production queue's public attributes, so it also
+subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
 ``allow_interpreted_subclasses``); its own state lives in ``__slots__``.
 """
 
@@ -64,7 +84,12 @@ DEFAULT_FULL_CHECK_EVERY: Final[int | None] = 1 if _switch.CHECK_LEVEL == "full"
 
 B = TypeVar("B", bound=Block)
 
-_ABSENT: Final = object()
+#: The countdown of a queue whose periodic full check is off (``full_check_every=0``); when
+#: it runs out, it is rewound instead of acted on.
+_NEVER: Final = 1 << 29
+
+#: The production methods each checked operation links with; see ``__init_subclass__``.
+_LINKING_METHODS: Final = ("popleft", "popleft_n", "remove", "append", "append_n")
 
 
 class CheckedFreeBlockQueue(FreeBlockQueue[B]):
@@ -73,8 +98,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     ``full_check_every=k`` runs the full O(n) check every ``k`` operations
     (``1``: before every operation); ``None`` (the default) uses
     ``max(1000, len(queue))``, which keeps the amortized cost per operation
-    O(1). The attribute may be changed later; the new period starts after
-    the next full check.
+    O(1); ``0`` never runs it by itself, leaving the O(1) checks of every
+    operation and :meth:`full_check` on demand. The attribute may be changed
+    later; the new period starts after the next full check (from ``0``, call
+    :meth:`full_check` to start it).
 
     >>> blocks = [Block() for _ in range(3)]
     >>> first, second = CheckedFreeBlockQueue(blocks[:2]), CheckedFreeBlockQueue(blocks[2:])
@@ -88,28 +115,64 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
     __slots__ = ("_members", "_until_full_check", "full_check_every")
 
+    # id(block) -> block for every block this queue linked and holds; holding the block
+    # keeps its id unique, so ``id(node) in _members`` alone proves ``node`` is a member
+    # (see "Membership" in the module docstring).
     _members: dict[int, B]
+    # Operations left until the next periodic full check.
     _until_full_check: int
     full_check_every: int | None
 
+    # The linking methods super() reaches from this class; __init_subclass__ re-resolves
+    # them for every subclass, whose MRO may put another FreeBlockQueue subclass next.
+    _super_popleft = FreeBlockQueue.popleft
+    _super_popleft_n = FreeBlockQueue.popleft_n
+    _super_remove = FreeBlockQueue.remove
+    _super_append = FreeBlockQueue.append
+    _super_append_n = FreeBlockQueue.append_n
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Bind the subclass's ``_super_*`` methods to what ``super()`` reaches from here."""
+        super().__init_subclass__(**kwargs)
+        after_check_mode = super()  # the MRO of cls, from the class after this one
+        for name in _LINKING_METHODS:
+            setattr(cls, f"_super_{name}", getattr(after_check_mode, name))
+
     def __init__(self, blocks: Iterable[B] = (), *, full_check_every: int | None = None) -> None:
         """Link ``blocks`` front to back, as :class:`FreeBlockQueue` does, with checks on.
+
+        Raises ``ValueError`` unless ``full_check_every`` is ``None`` or an
+        int >= 0.
 
         Runtime complexity: O(n)
         """
         if full_check_every is None:
             full_check_every = DEFAULT_FULL_CHECK_EVERY
         if full_check_every is not None and (
-            type(full_check_every) is not int or full_check_every < 1
+            type(full_check_every) is not int or full_check_every < 0
         ):
-            raise ValueError(f"full_check_every={full_check_every!r}: expected None or an int >= 1")
+            raise ValueError(f"full_check_every={full_check_every!r}: expected None or an int >= 0")
         # Set before the base __init__, which calls the checked append_n.
         self._members = {}
         self.full_check_every = full_check_every
-        self._until_full_check = full_check_every or MIN_FULL_CHECK_PERIOD
+        self._until_full_check = self._next_period()
         super().__init__(blocks)
 
     # ----------------------------------------------------------- full check
+
+    def _next_period(self) -> int:
+        """The countdown to the next periodic full check, from ``full_check_every``."""
+        period = self.full_check_every
+        if period is None:
+            return max(MIN_FULL_CHECK_PERIOD, len(self._members))
+        return period or _NEVER
+
+    def _period_over(self) -> None:
+        """The countdown ran out: run the full check, or rewind if the periodic check is off."""
+        if self.full_check_every == 0:
+            self._until_full_check = _NEVER
+        else:
+            self.full_check()
 
     def full_check(self) -> None:
         """Run :func:`check_invariants` and check the walk against this queue's membership.
@@ -137,7 +200,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         block = self.fake_free_list_head.next_free_block
         position = 1
         while block is not tail:
-            if members.get(id(block), _ABSENT) is not block:
+            if id(block) not in members:
                 raise violation(
                     NO_DUPLICATES,
                     f"position {position} of the forward walk (head = 0)",
@@ -147,14 +210,16 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 )
             block = block.next_free_block  # type: ignore[union-attr]  # checked above
             position += 1
-        self._until_full_check = self.full_check_every or max(MIN_FULL_CHECK_PERIOD, len(members))
+        self._until_full_check = self._next_period()
 
     # ------------------------------------------------------ O(1) neighbourhood
-    # ``where`` arguments are constant strings: a message is built only on failure.
+    # The diagnostic helpers: called only once an inline condition of an operation has
+    # failed (or from the O(n) paths), they find the exact fault and raise. ``where``
+    # arguments are constant strings: a message is built only on failure.
 
     def _is_member(self, node: object) -> bool:
-        # The default must be no possible node: with get()'s None, None would be a member.
-        return self._members.get(id(node), _ABSENT) is node
+        """Whether ``node`` is a member; exact, see "Membership" in the module docstring."""
+        return id(node) in self._members
 
     def _expect_count(self, where: str) -> None:
         """(2): ``num_free_blocks`` equals the membership's size."""
@@ -369,7 +434,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         >>> block in CheckedFreeBlockQueue([block]), Block() in CheckedFreeBlockQueue()
         (True, False)
         """
-        return self._is_member(block)
+        return id(block) in self._members
 
     def __iter__(self) -> Iterator[B]:
         """Run the full check, then yield the free blocks from the front to the back.
@@ -408,44 +473,39 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         self.full_check()
         return super().get_all_free_blocks()
 
-    # The mutating operations below test the links they touch with inline
-    # conditions (the common, healthy case) and call the _check_* helpers only
-    # when a condition fails: the helpers find the exact fault and raise.
-
-    def _start(self, where: str) -> None:
-        """The count check, then the full check if one is due (the start of every mutation)."""
-        if self.num_free_blocks != len(self._members):
-            self._expect_count(where)
-        self._until_full_check -= 1
-        if self._until_full_check <= 0:
-            self.full_check()
+    # Every mutation starts alike: the count check, then a tick of the full-check
+    # countdown. The links of a node are read only once membership (or being a
+    # sentinel) shows it is a Block; until then it may be anything outside code wrote.
 
     def popleft(self) -> B:
         """Detach and return the front block, checking the front before and after.
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        self._start("the start of popleft()")
         members = self._members
+        if self.num_free_blocks != len(members):
+            self._expect_count("the start of popleft()")
+        countdown = self._until_full_check - 1
+        self._until_full_check = countdown
+        if countdown <= 0:
+            self._period_over()
+        # The front block and the node after it, whose back link popleft() rewrites.
         head = self.fake_free_list_head
-        tail = self.fake_free_list_tail
         first = head.next_free_block
-        if first is tail or head.prev_free_block is not None:
-            self._check_front(0, "the start of popleft()")  # raises unless truly empty
-        elif members.get(id(first), _ABSENT) is not first or (
-            first.prev_free_block is not head  # type: ignore[union-attr]  # a member
+        if (
+            id(first) in members
+            and first.prev_free_block is head  # type: ignore[union-attr]  # a member
+            and head.prev_free_block is None
         ):
-            self._check_front(1, "the start of popleft()")
-        else:
             second = first.next_free_block  # type: ignore[union-attr]  # a member
-            if second is tail:
-                if len(members) != 1:
+            if id(second) in members:
+                if second.prev_free_block is not first:  # type: ignore[union-attr]  # a member
                     self._check_front(1, "the start of popleft()")
-            elif members.get(id(second), _ABSENT) is not second or (
-                second.prev_free_block is not first  # type: ignore[attr-defined]  # a member
-            ):
+            elif second is not self.fake_free_list_tail or len(members) != 1:
                 self._check_front(1, "the start of popleft()")
-        block = super().popleft()
+        else:
+            self._check_front(1, "the start of popleft()")  # raises unless truly empty
+        block = self._super_popleft()
         del members[id(block)]
         if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
             self._check_front(0, "the end of popleft()")
@@ -453,19 +513,43 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._expect_count("the end of popleft()")
         return block
 
+    def _front_is_sound(self, steps: int) -> bool:
+        """(1), (2): ``_check_front(steps)`` would pass; the inline form of its walk."""
+        members = self._members
+        head = self.fake_free_list_head
+        if head.prev_free_block is not None:
+            return False
+        previous: Block = head
+        for _ in range(steps):
+            node = previous.next_free_block
+            if id(node) not in members or node.prev_free_block is not previous:  # type: ignore[union-attr]  # a member
+                return False
+            previous = node  # type: ignore[assignment]  # a member, so a Block
+        node = previous.next_free_block
+        if id(node) in members:
+            return node.prev_free_block is previous  # type: ignore[union-attr]  # a member
+        tail = self.fake_free_list_tail
+        return node is tail and tail.next_free_block is None and steps == len(members)
+
     def popleft_n(self, n: int) -> list[B]:
         """Detach and return the first ``n`` blocks, checking each link the run crosses.
 
         Runtime complexity: O(n), plus the amortized O(1) full check
         """
-        self._start("the start of popleft_n()")
-        if 0 <= n <= len(self._members):
-            self._check_front(n, "the start of popleft_n()")
-        popped = super().popleft_n(n)
         members = self._members
+        if self.num_free_blocks != len(members):
+            self._expect_count("the start of popleft_n()")
+        countdown = self._until_full_check - 1
+        self._until_full_check = countdown
+        if countdown <= 0:
+            self._period_over()
+        if 0 <= n <= len(members) and not self._front_is_sound(n):
+            self._check_front(n, "the start of popleft_n()")
+        popped = self._super_popleft_n(n)
         for block in popped:
             del members[id(block)]
-        self._check_front(0, "the end of popleft_n()")
+        if not self._front_is_sound(0):
+            self._check_front(0, "the end of popleft_n()")
         if self.num_free_blocks != len(members):
             self._expect_count("the end of popleft_n()")
         return popped
@@ -480,21 +564,27 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        self._start("the start of remove()")
         members = self._members
-        if members.get(id(block), _ABSENT) is not block:
+        if self.num_free_blocks != len(members):
+            self._expect_count("the start of remove()")
+        countdown = self._until_full_check - 1
+        self._until_full_check = countdown
+        if countdown <= 0:
+            self._period_over()
+        block_id = id(block)
+        if block_id not in members:
             raise self._not_a_member(block)
         before = block.prev_free_block
         after = block.next_free_block
         if not (
-            (before is self.fake_free_list_head or members.get(id(before), _ABSENT) is before)
-            and (after is self.fake_free_list_tail or members.get(id(after), _ABSENT) is after)
+            (id(before) in members or before is self.fake_free_list_head)
+            and (id(after) in members or after is self.fake_free_list_tail)
             and before.next_free_block is block  # type: ignore[union-attr]  # member or sentinel
             and after.prev_free_block is block  # type: ignore[union-attr]  # member or sentinel
         ):
             self._check_around(block, "the start of remove()")
-        super().remove(block)
-        del members[id(block)]
+        self._super_remove(block)
+        del members[block_id]
         if before.next_free_block is not after or after.prev_free_block is not before:  # type: ignore[union-attr]  # checked
             raise violation(
                 SENTINEL_LINKAGE,
@@ -510,12 +600,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         """(1), (2): the tail ends the chain after a member, or after the head when empty."""
         tail = self.fake_free_list_tail
         last = tail.prev_free_block
-        if last is self.fake_free_list_head:
-            return tail.next_free_block is None and not self._members
+        if id(last) in self._members:
+            return last.next_free_block is tail and tail.next_free_block is None  # type: ignore[union-attr]  # a member
         return (
-            tail.next_free_block is None
-            and self._members.get(id(last), _ABSENT) is last
-            and last.next_free_block is tail  # type: ignore[union-attr]  # a member
+            last is self.fake_free_list_head and not self._members and tail.next_free_block is None
         )
 
     def append(self, block: B) -> None:
@@ -523,20 +611,30 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        self._start("the start of append()")
-        if (
-            block.prev_free_block is None
-            and block.next_free_block is None
-            and self._members.get(id(block), _ABSENT) is block
-        ):
+        members = self._members
+        if self.num_free_blocks != len(members):
+            self._expect_count("the start of append()")
+        countdown = self._until_full_check - 1
+        self._until_full_check = countdown
+        if countdown <= 0:
+            self._period_over()
+        block_id = id(block)
+        if block_id in members:
+            # Still linked, the production guard refuses it; cleared, this refuses it.
             self._reject_cleared_member(block, "the start of append()")
-        if not self._back_is_sound():
+        # The inline form of _back_is_sound().
+        tail = self.fake_free_list_tail
+        last = tail.prev_free_block
+        if id(last) in members:
+            if last.next_free_block is not tail or tail.next_free_block is not None:  # type: ignore[union-attr]  # a member
+                self._check_back("the start of append()")
+        elif last is not self.fake_free_list_head or members or tail.next_free_block is not None:
             self._check_back("the start of append()")
-        super().append(block)
-        self._members[id(block)] = block
-        if self.fake_free_list_tail.prev_free_block is not block:
+        self._super_append(block)
+        members[block_id] = block
+        if tail.prev_free_block is not block:
             self._check_back("the end of append()")
-        if self.num_free_blocks != len(self._members):
+        if self.num_free_blocks != len(members):
             self._expect_count("the end of append()")
 
     def append_n(self, blocks: Iterable[B]) -> None:
@@ -545,15 +643,20 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
         batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
-        self._start("the start of append_n()")
-        for block in batch:
-            self._reject_cleared_member(block, "the start of append_n()")
+        members = self._members
+        if self.num_free_blocks != len(members):
+            self._expect_count("the start of append_n()")
+        countdown = self._until_full_check - 1
+        self._until_full_check = countdown
+        if countdown <= 0:
+            self._period_over()
+        if not members.keys().isdisjoint(map(id, batch)):
+            for block in batch:
+                self._reject_cleared_member(block, "the start of append_n()")
         if not self._back_is_sound():
             self._check_back("the start of append_n()")
-        super().append_n(batch)
-        members = self._members
-        for block in batch:
-            members[id(block)] = block
+        self._super_append_n(batch)
+        members.update(zip(map(id, batch), batch, strict=True))
         if not self._back_is_sound():
             self._check_back("the end of append_n()")
         if self.num_free_blocks != len(members):
