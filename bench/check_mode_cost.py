@@ -10,10 +10,14 @@ sequence of blocks.
 Method: the subjects are timed interleaved in one process (each repetition
 times every subject once, in rotating order), with the garbage collector off
 during each timing; the table gives the median time per operation over the
-repetitions and its ratio to the production queue. A separate row times one
-full ``check_invariants`` walk, the O(n) work check mode amortizes over
-``max(1000, n)`` operations, and another the memory check mode's membership
-dict adds per block (traced with ``tracemalloc``).
+repetitions and its ratio to the production queue. Check mode is timed with
+the periodic full check off (``full_check_every=0``: the O(1) checks of every
+operation alone), with its default period, and with a full check before every
+operation (small queues only). Separate rows time one ``check_invariants``
+walk and one ``full_check()`` (that walk plus a walk over the membership), the
+O(n) work the default period amortizes over ``max(1000, n)`` operations, and
+another the memory check mode's membership dict adds per block (traced with
+``tracemalloc``).
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ class Subject:
 
 SUBJECTS = [
     Subject("production FreeBlockQueue", FreeBlockQueue),
+    Subject(
+        "check mode, no periodic full check",
+        lambda blocks: CheckedFreeBlockQueue(blocks, full_check_every=0),
+    ),
     Subject("check mode (default period)", CheckedFreeBlockQueue),
     Subject(
         "check mode, full check every op",
@@ -97,20 +105,27 @@ def time_subjects(n: int, steps: int, repetitions: int, seed: int) -> dict[str, 
     return samples
 
 
-def time_full_check(n: int, repetitions: int) -> float:
-    """Median seconds of one ``check_invariants`` walk over a healthy queue of ``n`` blocks."""
-    queue = FreeBlockQueue([Block() for _ in range(n)])
-    times = []
-    for _ in range(repetitions):
-        gc.collect()
-        gc.disable()
-        try:
-            started = time.perf_counter()
-            check_invariants(queue)
-            times.append(time.perf_counter() - started)
-        finally:
-            gc.enable()
-    return statistics.median(times)
+def time_full_check(n: int, repetitions: int) -> tuple[float, float]:
+    """Median seconds of one ``check_invariants`` walk and of one ``full_check()``, ``n`` blocks.
+
+    ``full_check()`` is what the periodic check runs: ``check_invariants``
+    plus a walk comparing the chain with the membership.
+    """
+    queue = CheckedFreeBlockQueue([Block() for _ in range(n)], full_check_every=0)
+    medians = []
+    for check in (check_invariants, CheckedFreeBlockQueue.full_check):
+        times = []
+        for _ in range(repetitions):
+            gc.collect()
+            gc.disable()
+            try:
+                started = time.perf_counter()
+                check(queue)
+                times.append(time.perf_counter() - started)
+            finally:
+                gc.enable()
+        medians.append(statistics.median(times))
+    return medians[0], medians[1]
 
 
 def membership_bytes_per_block(n: int) -> float:
@@ -157,13 +172,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, values in samples.items():
             median = statistics.median(values)
             print(f"| {n:,} | {name} | {median * 1e9:,.0f} | {median / baseline:.2f}x |")
-        walk = time_full_check(n, args.repetitions)
         period = max(1_000, n)
-        print(
-            f"| {n:,} | one check_invariants walk | {walk * 1e9:,.0f} total, "
-            f"{walk / n * 1e9:.0f} per block | amortized {walk / period * 1e9:,.0f} ns "
-            f"per op over {period:,} ops |"
-        )
+        for label, walk in zip(
+            ("one check_invariants walk", "one full_check()"),
+            time_full_check(n, args.repetitions),
+            strict=True,
+        ):
+            print(
+                f"| {n:,} | {label} | {walk * 1e9:,.0f} total, "
+                f"{walk / n * 1e9:.0f} per block | amortized {walk / period * 1e9:,.0f} ns "
+                f"per op over {period:,} ops |"
+            )
         print(
             f"| {n:,} | check mode's membership | {membership_bytes_per_block(n):.0f} bytes "
             "per block | on top of the production queue |"

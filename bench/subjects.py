@@ -120,8 +120,8 @@ def all_subjects(*, check_mode: bool = True) -> list[Subject]:
     """Return the implementations to measure, the loaded production queue first.
 
     Check mode, where available, is measured twice: with no periodic full
-    check (a period longer than any run: only the O(1) checks of every
-    operation), and with its default period, ``max(1000, len(queue))``.
+    check (``full_check_every=0``: only the O(1) checks of every operation),
+    and with its default period, ``max(1000, len(queue))``.
     """
     build_name = "compiled" if verified_queue.COMPILED else "pure Python"
     subjects = [
@@ -137,7 +137,7 @@ def all_subjects(*, check_mode: bool = True) -> list[Subject]:
             Subject(
                 "check mode, no periodic full check",
                 BenchBlock,
-                _new_checked_queue(checked, sys.maxsize),
+                _new_checked_queue(checked, 0),
             )
         )
         checked_module = sys.modules[checked.__module__]
