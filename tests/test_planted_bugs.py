@@ -1,0 +1,155 @@
+"""The planted bugs themselves: each shows its one symptom, which the real queue does not.
+
+The layers' own tests (``test_stateful``, ``test_exhaustive``, ``test_contracts``) show that
+every layer reports every planted bug. These tests pin down what each bug *is*, so that a
+layer reporting it is reporting that defect, and a bug that stopped misbehaving (after a change
+to the production queue it copies from) would be noticed here first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from specs.model import SpecBlock
+from specs.planted_bugs import PLANTED_BUGS
+from verified_queue.block import Block
+from verified_queue.errors import AlreadyInQueueError, EmptyQueueError, NotInQueueError
+from verified_queue.queue import FreeBlockQueue
+
+Queue = type[FreeBlockQueue[Any]]
+
+
+def blocks(count: int) -> list[SpecBlock]:
+    return [SpecBlock(number) for number in range(count)]
+
+
+def popleft_leaves_links(queue_type: Queue) -> bool:
+    """A popped block still has links."""
+    first, second = blocks(2)
+    popped = queue_type([first, second]).popleft()
+    return popped.prev_free_block is not None or popped.next_free_block is not None
+
+
+def remove_forgets_count(queue_type: Queue) -> bool:
+    """The count does not drop after a remove."""
+    first, second = blocks(2)
+    queue = queue_type([first, second])
+    queue.remove(first)
+    return len(queue) != 1
+
+
+def append_n_wrong_neighbour(queue_type: Queue) -> bool:
+    """The last block of a batch links back past its predecessor."""
+    first, second, third = blocks(3)
+    queue = queue_type([first])
+    queue.append_n([second, third])
+    return third.prev_free_block is not second
+
+
+def popleft_n_off_by_one(queue_type: Queue) -> bool:
+    """Popping exactly every block is refused."""
+    queue = queue_type(blocks(2))
+    try:
+        queue.popleft_n(2)
+    except EmptyQueueError:
+        return True
+    return False
+
+
+def sentinel_returned(queue_type: Queue) -> bool:
+    """An empty queue hands out a sentinel instead of raising."""
+    try:
+        queue_type().popleft()
+    except EmptyQueueError:
+        return False
+    return True
+
+
+def append_skips_double_free_check(queue_type: Queue) -> bool:
+    """Freeing a block that is already free is accepted."""
+    (block,) = blocks(1)
+    queue = queue_type([block])
+    try:
+        queue.append(block)
+    except AlreadyInQueueError:
+        return False
+    return True
+
+
+def append_n_not_atomic(queue_type: Queue) -> bool:
+    """A refused batch leaves its first blocks linked."""
+    first, second = blocks(2)
+    queue = queue_type([first])
+    try:
+        queue.append_n([second, first])
+    except AlreadyInQueueError:
+        return second.prev_free_block is not None
+    return True
+
+
+def remove_accepts_sentinel(queue_type: Queue) -> bool:
+    """Removing the tail sentinel is not refused with NotInQueueError."""
+    queue = queue_type(blocks(1))
+    try:
+        queue.remove(queue.fake_free_list_tail)
+    except NotInQueueError:
+        return False
+    except Exception:  # the wrong exception is the symptom too
+        return True
+    return True
+
+
+@dataclass(eq=True, slots=True)
+class ValueBlock(Block):
+    """A block with a generated ``__eq__``, like vLLM's dataclass blocks: equal by value."""
+
+    block_id: int
+
+
+def contains_compares_by_value(queue_type: Queue) -> bool:
+    """A different block with equal fields is reported as in the queue."""
+    queue = queue_type([ValueBlock(1)])
+    return ValueBlock(1) in queue
+
+
+SYMPTOMS: dict[str, Callable[[Queue], bool]] = {
+    "popleft_leaves_links": popleft_leaves_links,
+    "remove_forgets_count": remove_forgets_count,
+    "append_n_wrong_neighbour": append_n_wrong_neighbour,
+    "popleft_n_off_by_one": popleft_n_off_by_one,
+    "sentinel_returned": sentinel_returned,
+    "append_skips_double_free_check": append_skips_double_free_check,
+    "append_n_not_atomic": append_n_not_atomic,
+    "remove_accepts_sentinel": remove_accepts_sentinel,
+    "contains_compares_by_value": contains_compares_by_value,
+}
+
+
+def test_every_planted_bug_has_a_symptom() -> None:
+    """There are at least the six required planted bugs, and each has a symptom test here."""
+    assert set(SYMPTOMS) == set(PLANTED_BUGS)
+    assert len(PLANTED_BUGS) >= 6
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_planted_bug_shows_its_symptom(bug: str) -> None:
+    """Each planted bug misbehaves in exactly the way its name says."""
+    assert SYMPTOMS[bug](PLANTED_BUGS[bug])
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_real_queue_does_not_show_the_symptom(bug: str) -> None:
+    """The production queue passes every symptom check, so each symptom is a real defect."""
+    assert not SYMPTOMS[bug](FreeBlockQueue)
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_planted_bug_shows_no_other_symptom(bug: str) -> None:
+    """A planted bug has one defect: it passes the symptom checks of every other bug."""
+    for other, symptom in SYMPTOMS.items():
+        if other != bug:
+            assert not symptom(PLANTED_BUGS[bug]), f"{bug} also shows {other}"
