@@ -139,14 +139,20 @@ def expected_links(order: Sequence[int]) -> Links:
 
 
 def untouched(step: Step) -> list[int]:
-    """The numbered blocks whose links the operation has no reason to change."""
+    """The numbered blocks whose links the operation has no reason to change.
+
+    Runtime complexity: O(UNIVERSE)
+    """
     before = expected_links(step.before)
     after = expected_links(step.model_after)
     return [number for number in range(UNIVERSE) if before[number] == after[number]]
 
 
 def released(step: Step) -> list[int]:
-    """The numbered blocks the model says left the queue."""
+    """The numbered blocks the model says left the queue.
+
+    Runtime complexity: O(UNIVERSE ** 2)
+    """
     return [number for number in step.before if number not in step.model_after]
 
 
@@ -266,6 +272,8 @@ def _valid_code(code: int) -> bool:
 def popleft_contract(size: int) -> Step:
     """``popleft()`` on a queue of ``size`` blocks agrees with the model.
 
+    Runtime complexity: O(UNIVERSE) (the snapshots of every link)
+
     pre: 0 <= size <= UNIVERSE
     post: _.error == _.model_error
     post: _.result == _.model_result
@@ -286,6 +294,8 @@ def popleft_n_contract(size: int, n: int) -> Step:
     CrossHair try each value in turn; every ``n`` beyond the bounds takes the same path as the
     bound itself.
 
+    Runtime complexity: O(UNIVERSE)
+
     pre: 0 <= size <= UNIVERSE
     pre: -2 <= n <= UNIVERSE + 2
     post: _.error == _.model_error
@@ -302,6 +312,8 @@ def popleft_n_contract(size: int, n: int) -> Step:
 
 def remove_contract(size: int, block: int) -> Step:
     """``remove`` of any block or sentinel from a queue of ``size`` blocks agrees with the model.
+
+    Runtime complexity: O(UNIVERSE)
 
     pre: 0 <= size <= UNIVERSE
     pre: _valid_code(block)
@@ -322,6 +334,8 @@ def remove_contract(size: int, block: int) -> Step:
 def append_contract(size: int, block: int) -> Step:
     """``append`` of any block or sentinel to a queue of ``size`` blocks agrees with the model.
 
+    Runtime complexity: O(UNIVERSE)
+
     pre: 0 <= size <= UNIVERSE
     pre: _valid_code(block)
     post: _.error == _.model_error
@@ -339,6 +353,8 @@ def append_contract(size: int, block: int) -> Step:
 
 def append_n_contract(size: int, batch: list[int]) -> Step:
     """``append_n`` of any short batch (repeats, linked blocks, sentinels) agrees with the model.
+
+    Runtime complexity: O(UNIVERSE + len(batch))
 
     pre: 0 <= size <= UNIVERSE
     pre: len(batch) <= 2
@@ -361,6 +377,8 @@ def construct_contract(batch: list[int]) -> tuple[tuple[int, ...], tuple[int, ..
 
     Returns the queue's sequence (empty if refused), the model's, and whether every block
     outside the built queue is still detached.
+
+    Runtime complexity: O(UNIVERSE ** 2)
 
     pre: len(batch) <= UNIVERSE
     pre: all(0 <= code < UNIVERSE for code in batch)
@@ -385,7 +403,10 @@ def construct_contract(batch: list[int]) -> tuple[tuple[int, ...], tuple[int, ..
 
 
 def position_of(universe: Sequence[Block], block: object) -> int:
-    """The number of ``block`` in ``universe`` (by identity), or :data:`ALIEN`."""
+    """The number of ``block`` in ``universe`` (by identity), or :data:`ALIEN`.
+
+    Runtime complexity: O(len(universe))
+    """
     for number, candidate in enumerate(universe):
         if candidate is block:
             return number
@@ -396,6 +417,8 @@ def queries_contract(size: int, block: int) -> tuple[object, ...]:
     """``len``, ``bool``, ``in``, iteration and ``get_all_free_blocks`` agree with the model.
 
     Returns the queue's answers followed by the model's, then whether the links are unchanged.
+
+    Runtime complexity: O(UNIVERSE)
 
     pre: 0 <= size <= UNIVERSE
     pre: _valid_code(block)
@@ -437,6 +460,8 @@ def operations_contract(size: int, program: list[tuple[int, int]]) -> list[str]:
     a block code for ``remove`` and ``append``, and for ``append_n`` the batch of the first
     ``argument`` detached blocks plus, if ``argument`` is negative, a block already queued.
     Returns a description of every step where the two differ.
+
+    Runtime complexity: O(len(program) * UNIVERSE)
 
     pre: 0 <= size <= UNIVERSE
     pre: len(program) <= 4

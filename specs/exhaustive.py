@@ -80,7 +80,10 @@ class ExhaustiveReport:
     counterexample: str | None = None
 
     def summary(self) -> str:
-        """One line: what was checked, how long it took, and the verdict."""
+        """One line: what was checked, how long it took, and the verdict.
+
+        Runtime complexity: O(1)
+        """
         verdict = (
             "no counterexample"
             if self.counterexample is None

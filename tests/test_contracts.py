@@ -186,7 +186,7 @@ PLANTED_RUN = os.environ.get("VERIFIED_QUEUE_CROSSHAIR_PLANTED") == "1"
 @pytest.mark.skipif(not PLANTED_RUN, reason="slow: the crosshair-planted tox environment runs it")
 def test_crosshair_reports_every_planted_bug() -> None:
     """``crosshair check specs.contracts`` finds a counterexample for every planted bug."""
-    timeout = os.environ.get("VERIFIED_QUEUE_CROSSHAIR_TIMEOUT", "4")
+    timeout = os.environ.get("VERIFIED_QUEUE_CROSSHAIR_TIMEOUT", "6")
 
     def check(bug: str) -> tuple[str, int, str]:
         environment = {**os.environ, contracts.TARGET_VARIABLE: bug}
