@@ -151,10 +151,7 @@ def _ends(queue: Any) -> tuple[Sentinel, Sentinel]:
 
 def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
     """(1): nothing precedes the head and nothing follows the tail."""
-    try:
-        before_head: object = head.prev_free_block
-    except AttributeError:  # a deleted slot
-        before_head = _UNSET
+    before_head: object = getattr(head, "prev_free_block", _UNSET)  # _UNSET: a deleted slot
     if before_head is not None:
         raise violation(
             SENTINEL_LINKAGE,
@@ -163,10 +160,7 @@ def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
             "None",
             describe(before_head, head, tail),
         )
-    try:
-        after_tail: object = tail.next_free_block
-    except AttributeError:  # a deleted slot
-        after_tail = _UNSET
+    after_tail: object = getattr(tail, "next_free_block", _UNSET)  # _UNSET: a deleted slot
     if after_tail is not None:
         raise violation(
             SENTINEL_LINKAGE,
@@ -215,10 +209,7 @@ def _linked_length(queue: Any, classify_repeats: bool, members: set[int] | None 
     head, tail = _ends(queue)
     _check_outer_links(head, tail)
     previous: Block = head
-    try:
-        node: object = head.next_free_block
-    except AttributeError:  # a deleted slot
-        node = _UNSET
+    node: object = getattr(head, "next_free_block", _UNSET)  # _UNSET: a deleted slot
     position = 1
     while node is not tail:
         _reject_non_block(node, previous, position, head, tail)
@@ -245,10 +236,7 @@ def _linked_length(queue: Any, classify_repeats: bool, members: set[int] | None 
         except AttributeError:  # a deleted slot
             node = _UNSET
         position += 1
-    try:
-        before_tail: object = tail.prev_free_block
-    except AttributeError:  # a deleted slot
-        before_tail = _UNSET
+    before_tail: object = getattr(tail, "prev_free_block", _UNSET)  # _UNSET: a deleted slot
     if before_tail is not previous:
         raise violation(
             SENTINEL_LINKAGE,
@@ -282,10 +270,7 @@ def _forward_length(queue: Any) -> int:
     anchor: object = head  # Brent's tortoise: jumps to the hare at each power of two
     power = span = 1
     previous: object = head
-    try:
-        node: object = head.next_free_block
-    except AttributeError:  # a deleted slot
-        node = _UNSET
+    node: object = getattr(head, "next_free_block", _UNSET)  # _UNSET: a deleted slot
     position = 1
     while node is not tail:
         _reject_non_block(node, previous, position, head, tail)
@@ -384,10 +369,7 @@ def check_count_consistency(queue: Any) -> None:
     head, tail = _ends(queue)
     count = _counted(queue, head, tail)
     previous: object = head
-    try:
-        node: object = head.next_free_block
-    except AttributeError:  # a deleted slot
-        node = _UNSET
+    node: object = getattr(head, "next_free_block", _UNSET)  # _UNSET: a deleted slot
     length = 0
     while node is not tail:
         _reject_non_block(node, previous, length + 1, head, tail)

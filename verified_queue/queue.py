@@ -32,7 +32,7 @@ see in O(1) is ``remove`` of a block linked in a *different* queue: the
 
 This module is the hot path and, with the Block it links, the only code worth
 compiling; it imports no checker, and its methods allocate nothing but the
-lists they return.
+lists they return (and ``append_n``'s copy of a batch that is not a list).
 """
 
 from __future__ import annotations
