@@ -75,9 +75,9 @@ def probe(value: str | None) -> dict[str, object]:
     return report
 
 
-@pytest.mark.parametrize("value", [None, "", "0", " 0 "])
+@pytest.mark.parametrize("value", [None, "", "0", " 0 ", "off", "OFF"])
 def test_switch_off_leaves_the_production_class_in_place(value: str | None) -> None:
-    """Unset, empty or 0: verified_queue.FreeBlockQueue is exactly the production class."""
+    """Unset, empty, 0 or off: verified_queue.FreeBlockQueue is exactly the production class."""
     report = probe(value)
     assert report["level"] == "off"
     assert report["class"] == "FreeBlockQueue"
@@ -102,6 +102,19 @@ def test_switch_on_catches_each_misuse_class_in_a_fresh_process() -> None:
     }
 
 
+@pytest.mark.parametrize("value", ["on", " On\n"])
+def test_switch_accepts_the_word_on_as_it_accepts_1(value: str) -> None:
+    """VERIFIED_QUEUE_CHECKS=on (the word CHECK_LEVEL reports) does exactly what 1 does."""
+    assert probe(value) == probe("1")
+
+
+@pytest.mark.parametrize("level", ["off", "on", "full"])
+def test_check_level_fed_back_to_the_switch_selects_the_same_level(level: str) -> None:
+    """Each word CHECK_LEVEL can report is an accepted value that selects that same level."""
+    assert read_check_level({ENVIRONMENT_VARIABLE: level}) == level
+    assert probe(level)["level"] == level
+
+
 def test_switch_full_checks_everything_before_every_operation() -> None:
     """With VERIFIED_QUEUE_CHECKS=full, even damage far from the operation is caught at once."""
     report = probe("full")
@@ -124,17 +137,18 @@ def test_a_mistyped_switch_stops_the_import_with_a_clear_error() -> None:
         check=False,
     )
     assert completed.returncode != 0
-    assert "VERIFIED_QUEUE_CHECKS='yes': expected one of '', '0', '1', 'full'" in completed.stderr
+    expected = "VERIFIED_QUEUE_CHECKS='yes': expected one of '', '0', 'off', '1', 'on', 'full'"
+    assert expected in completed.stderr
 
 
 def test_read_check_level_maps_each_accepted_value() -> None:
-    """The parser maps unset, '', '0', '1' and 'full' (any case, spaces trimmed) to their levels."""
+    """The parser maps unset, '', '0', 'off', '1', 'on' and 'full' (any case, trimmed) to levels."""
     cases = {None: "off", "": "off", "0": "off", "1": "on", " 1\n": "on", "full": "full"}
-    cases["FULL"] = "full"
+    cases |= {"FULL": "full", "off": "off", "Off": "off", "on": "on", " ON ": "on"}
     for value, level in cases.items():
         environ = {} if value is None else {ENVIRONMENT_VARIABLE: value}
         assert read_check_level(environ) == level, value
-    for bad in ("2", "true", "on", "-1"):
+    for bad in ("2", "true", "yes", "-1", "o n", "onn"):
         with pytest.raises(ValueError, match=ENVIRONMENT_VARIABLE):
             read_check_level({ENVIRONMENT_VARIABLE: bad})
 
