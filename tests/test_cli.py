@@ -1,17 +1,32 @@
-"""Tests of ``python -m verified_queue``: the version, the self-check, and its power to fail."""
+"""Tests of ``python -m verified_queue``: version, self-check, power to fail, bad input, bench."""
 
 from __future__ import annotations
 
+import doctest
+import os
+import platform
+import shutil
 import subprocess
 import sys
+import types
+from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 import verified_queue
+import verified_queue.__main__ as cli
 from verified_queue import selfcheck
-from verified_queue.__main__ import main
+from verified_queue.__main__ import OUT_OF_MEMORY, USAGE_ERROR, main
 from verified_queue.block import Block
 from verified_queue.queue import FreeBlockQueue
+
+try:
+    import resource
+except ImportError:  # pragma: no cover -- Windows
+    resource = None  # type: ignore[assignment]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class _ForgetsCountOnRemove(FreeBlockQueue[Block]):
@@ -74,9 +89,203 @@ def test_module_runs_as_a_program() -> None:
     assert "self-check passed: 1000 operations" in done.stdout
 
 
-def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    """--version prints the package version and exits 0."""
+def test_version_flag_names_the_build_and_the_python(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version prints the version, whether the compiled build is loaded, and the Python."""
     with pytest.raises(SystemExit) as stopped:
         main(["--version"])
     assert stopped.value.code == 0
-    assert capsys.readouterr().out.strip() == verified_queue.__version__
+    compiled = "yes" if verified_queue.COMPILED else "no"
+    python = f"Python ({platform.python_implementation()}) {platform.python_version()}"
+    assert capsys.readouterr().out == (
+        f"verified_queue {verified_queue.__version__} (compiled: {compiled})\n{python}\n"
+    )
+
+
+def test_main_module_docstring_examples() -> None:
+    """The command line's own docstring examples (argument parsing, version) hold."""
+    if not (cli.__file__ or "").endswith(".py"):  # pragma: no cover -- never compiled
+        pytest.skip("verified_queue.__main__ is compiled")
+    results = doctest.testmod(cli, optionflags=doctest.ELLIPSIS)
+    assert results.attempted >= 3
+    assert results.failed == 0
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "abc", "2.5"])
+@pytest.mark.parametrize("command", [[], ["selfcheck"]])
+def test_operations_below_one_are_refused_in_one_line(
+    value: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--operations must be a whole number of at least 1: anything else exits 2 with one line."""
+    with pytest.raises(SystemExit) as stopped:
+        main([*command, "--operations", value])
+    assert stopped.value.code == USAGE_ERROR
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert f"argument --operations: expected a whole number of at least 1, not '{value}'" in (
+        captured.err
+    )
+
+
+def test_the_self_check_refuses_to_check_nothing() -> None:
+    """run_self_check with fewer than 1 operation or block raises ValueError, never 'passed'."""
+    with pytest.raises(ValueError, match="operations: expected at least 1, not -5"):
+        selfcheck.run_self_check(operations=-5)
+    with pytest.raises(ValueError, match="operations: expected at least 1, not 0"):
+        selfcheck.run_self_check(operations=0)
+    with pytest.raises(ValueError, match="universe: expected at least 1 block, not 0"):
+        selfcheck.run_self_check(operations=10, universe=0)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--bogus"],
+        ["no-such-command"],
+        ["--seed", "x"],
+        ["demo", "--blocks", "many"],
+        ["demo", "--inject", "no-such-fault"],
+        ["demo", "--bogus"],
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed command line exits 2 with one error line on stderr (the usage is in --help)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == USAGE_ERROR
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith("python -m verified_queue")
+    assert "error: " in captured.err
+
+
+def test_running_out_of_memory_exits_3_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A MemoryError in a command ends in one clear line and exit 3, not a traceback and 1."""
+
+    def exhausted(**_: object) -> NoReturn:
+        raise MemoryError
+
+    monkeypatch.setattr(cli, "run_self_check", exhausted)
+    assert main(["selfcheck"]) == OUT_OF_MEMORY == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("python -m verified_queue selfcheck: out of memory")
+
+
+@pytest.mark.skipif(resource is None, reason="needs resource.setrlimit (POSIX)")
+def test_a_demo_pool_too_big_for_memory_ends_without_a_traceback() -> None:
+    """demo --blocks 1000000000 under a 256 MiB limit exits 2 or 3 with one line, never 1."""
+
+    def limit_memory() -> None:  # pragma: no cover -- runs in the child
+        assert resource is not None
+        resource.setrlimit(resource.RLIMIT_AS, (256 << 20, 256 << 20))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "verified_queue", "demo", "--blocks", "1000000000"],
+        cwd=Path(__file__).anchor,  # import the installed package, not the checkout
+        preexec_fn=limit_memory,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in {USAGE_ERROR, OUT_OF_MEMORY}, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+HOSTILE_BENCH = {
+    "__init__.py": (
+        "import pathlib\n"
+        "pathlib.Path(__file__).parent.parent.joinpath('HIJACKED').write_text('imported')\n"
+        "print('HIJACKED: the current directory s bench package was imported')\n"
+    ),
+    "run.py": (
+        "def add_arguments(parser):\n"
+        "    parser.add_argument('--quick', action='store_true')\n"
+        "def run(args):\n"
+        "    print('HIJACKED: the current directory s bench ran')\n"
+        "    return 0\n"
+    ),
+}
+
+
+def _hostile_directory(tmp_path: Path) -> Path:
+    """A working directory with a bench/ package of its own that announces being imported."""
+    work = tmp_path / "work"
+    (work / "bench").mkdir(parents=True)
+    for name, text in HOSTILE_BENCH.items():
+        (work / "bench" / name).write_text(text, encoding="utf-8")
+    return work
+
+
+def test_bench_from_an_installed_package_says_it_needs_a_checkout(tmp_path: Path) -> None:
+    """Installed without a checkout, bench exits 2 saying so, and runs no bench/ of the cwd."""
+    work = _hostile_directory(tmp_path)
+    site = tmp_path / "site"
+    # The package as a wheel installs it: on its own, with no bench/ or pyproject.toml beside it.
+    shutil.copytree(
+        Path(verified_queue.__file__).parent,
+        site / "verified_queue",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "verified_queue", "bench", "--quick"],
+        cwd=work,
+        env=dict(os.environ, PYTHONPATH=str(site)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "HIJACKED" not in done.stdout + done.stderr
+    assert not (work / "HIJACKED").exists()
+    assert done.returncode == USAGE_ERROR, done.stderr
+    assert done.stderr.startswith("bench: needs a checkout of the repository")
+    assert done.stderr.count("\n") == 1
+
+
+def test_bench_never_imports_the_current_directory_s_bench(tmp_path: Path) -> None:
+    """Run from a directory with its own bench/ package, bench loads the project's bench/ only."""
+    work = _hostile_directory(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "verified_queue", "bench", "--checkout", str(ROOT), "--help"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "HIJACKED" not in done.stdout + done.stderr
+    assert not (work / "HIJACKED").exists()
+    assert done.returncode == 0, done.stderr
+    assert "--workload" in done.stdout  # the project's benchmark's own options
+
+
+def test_bench_refuses_a_checkout_path_that_is_not_this_project(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench --checkout DIR exits 2 in one line when DIR is not a clone of this project."""
+    _hostile_directory(tmp_path)
+    assert main(["bench", "--checkout", str(tmp_path / "work"), "--quick"]) == USAGE_ERROR
+    err = capsys.readouterr().err
+    assert "not a checkout of verified-queue" in err
+    assert err.count("\n") == 1
+
+
+def test_bench_refuses_another_already_imported_bench_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """If a module named bench from elsewhere is already imported, bench says so and exits 2."""
+    stranger = types.ModuleType("bench")
+    stranger.__file__ = str(tmp_path / "bench" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "bench", stranger)
+    assert main(["bench", "--checkout", str(ROOT), "--quick"]) == USAGE_ERROR
+    err = capsys.readouterr().err
+    assert "a different module named bench is already imported" in err
+    assert err.count("\n") == 1

@@ -56,11 +56,22 @@ def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) 
     """Run ``operations`` random calls, misuse included, on a queue and on a list side by side.
 
     Stops at the first difference in a result, an error, the order of the
-    blocks, the count or a block's links, and reports it.
+    blocks, the count or a block's links, and reports it. ``operations`` and
+    ``universe`` below 1 raise ``ValueError``: a check of nothing must not pass.
+
+    Runtime complexity: O(operations * universe)
 
     >>> run_self_check(operations=500).mismatch is None
     True
+    >>> run_self_check(operations=-5)
+    Traceback (most recent call last):
+    ...
+    ValueError: operations: expected at least 1, not -5
     """
+    if operations < 1:
+        raise ValueError(f"operations: expected at least 1, not {operations}")
+    if universe < 1:
+        raise ValueError(f"universe: expected at least 1 block, not {universe}")
     rng = random.Random(seed)
     blocks = [_Numbered(i) for i in range(universe)]
     queue: FreeBlockQueue[_Numbered] = FreeBlockQueue(blocks[: universe // 2])
