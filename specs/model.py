@@ -22,6 +22,7 @@ from verified_queue import (
     EmptyQueueError,
     NegativeCountError,
     NotInQueueError,
+    WrongTypeError,
 )
 from verified_queue.block import Sentinel
 
@@ -205,7 +206,7 @@ class ListModel(Generic[B]):
         Runtime complexity: O(n) (the model is not meant to be fast)
         """
         if not self.blocks:
-            raise EmptyQueueError("popleft() from an empty FreeBlockQueue")
+            raise EmptyQueueError("No free blocks available")
         block = self.blocks.pop(0)
         self.membership.linked_ids.discard(id(block))
         return block
@@ -213,10 +214,16 @@ class ListModel(Generic[B]):
     def popleft_n(self, n: int) -> list[B]:
         """Remove and return the first ``n`` blocks, front first, all or none.
 
-        :class:`EmptyQueueError` if ``n > len(self)``, :class:`NegativeCountError` if ``n < 0``.
+        :class:`EmptyQueueError` if ``n > len(self)``, :class:`NegativeCountError` if ``n < 0``,
+        :class:`WrongTypeError` if ``n`` is a ``bool`` or no integer (``operator.index``).
 
         Runtime complexity: O(len(self))
         """
+        if type(n) is not int:
+            if isinstance(n, bool) or not hasattr(type(n), "__index__"):
+                kind = "a bool" if isinstance(n, bool) else type(n).__qualname__
+                raise WrongTypeError(f"popleft_n({n!r}): the count must be an integer, not {kind}")
+            n = n.__index__()
         if n > len(self.blocks):
             raise EmptyQueueError(
                 f"popleft_n({n}) from a FreeBlockQueue with {len(self.blocks)} free blocks"
@@ -274,14 +281,53 @@ class ListModel(Generic[B]):
 
         Runtime complexity: O(len(blocks))
         """
+        batch = self._admissible("append_n", blocks)
+        self.blocks.extend(batch)
+        self.membership.linked_ids.update(map(id, batch))
+
+    def _admissible(self, operation: str, blocks: Iterable[B]) -> list[B]:
+        """Return ``blocks`` as a list, or raise for the first one that may not join."""
         batch = list(blocks)
         seen: set[int] = set()
         for block in batch:
             if isinstance(block, Sentinel) or self.membership.is_linked(block) or id(block) in seen:
-                raise _refused("append_n", block)
+                raise _refused(operation, block)
             seen.add(id(block))
-        self.blocks.extend(batch)
-        self.membership.linked_ids.update(seen)
+        return batch
+
+    def prepend_n(self, blocks: Iterable[B]) -> None:
+        """Add ``blocks`` at the front in order, all or none (``list[0:0] = blocks``).
+
+        Refuses exactly what :meth:`append_n` refuses, with ``prepend_n`` in the message.
+
+        Runtime complexity: O(len(self) + len(blocks))
+        """
+        batch = self._admissible("prepend_n", blocks)
+        self.blocks[0:0] = batch
+        self.membership.linked_ids.update(map(id, batch))
+
+    def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
+        """Yield the blocks after ``cursor`` itself, or all of them for ``None``.
+
+        :class:`NotInQueueError` if ``cursor`` is not here: detached, another queue's
+        sentinel (callers map this queue's own sentinels to ``None`` or to the end), or
+        linked in another queue (the production queue cannot tell that one in O(1) and
+        walks the other queue; ``CheckedFreeBlockQueue`` raises as the model does).
+
+        Runtime complexity: O(n)
+        """
+        if cursor is None:
+            return iter(list(self.blocks))
+        index = position(self.blocks, cursor)
+        if index < 0:
+            if isinstance(cursor, Sentinel):
+                reason = "it is another queue's sentinel"
+            elif self.membership.is_linked(cursor):
+                reason = "it is linked in another queue"
+            else:
+                reason = "it is not linked in a queue"
+            raise NotInQueueError(f"iter_blocks_after({cursor!r}): {reason}")
+        return iter(self.blocks[index + 1 :])
 
     def get_all_free_blocks(self) -> list[B]:
         """Return a new list of the free blocks, front first.

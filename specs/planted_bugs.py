@@ -14,14 +14,20 @@ run against every one of them in the tests and must report each.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TypeVar, cast
+from typing import Any, SupportsIndex, TypeVar, cast
 
 from verified_queue.block import Block
 from verified_queue.errors import (
     EmptyQueueError,
     NegativeCountError,
 )
-from verified_queue.queue import FreeBlockQueue, _already_linked, _not_linked
+from verified_queue.queue import (
+    EMPTY_QUEUE_MESSAGE,
+    FreeBlockQueue,
+    _already_linked,
+    _count_argument,
+    _not_linked,
+)
 
 __all__ = [
     "PLANTED_BUGS",
@@ -61,7 +67,7 @@ class PopleftLeavesLinks(FreeBlockQueue[B]):
         block = _linked(head.next_free_block)
         following = block.next_free_block
         if following is None:
-            raise EmptyQueueError("popleft() from an empty FreeBlockQueue")
+            raise EmptyQueueError(EMPTY_QUEUE_MESSAGE)
         head.next_free_block = following
         following.prev_free_block = head
         self.num_free_blocks -= 1
@@ -78,7 +84,7 @@ class RemoveForgetsCount(FreeBlockQueue[B]):
         before = block.prev_free_block
         after = block.next_free_block
         if before is None or after is None:
-            raise _not_linked(block)
+            raise _not_linked("remove", block)
         before.next_free_block = after
         after.prev_free_block = before
         block.prev_free_block = block.next_free_block = None
@@ -119,8 +125,9 @@ class PopleftNOffByOne(FreeBlockQueue[B]):
 
     __slots__ = ()
 
-    def popleft_n(self, n: int) -> list[B]:
+    def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Pop ``n`` blocks, wrongly refusing to empty the queue."""
+        n = n if type(n) is int else _count_argument("popleft_n", n)
         if n >= self.num_free_blocks:
             raise EmptyQueueError(
                 f"popleft_n({n}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
@@ -144,7 +151,7 @@ class SentinelReturned(FreeBlockQueue[B]):
         head = self.fake_free_list_head
         block = head.next_free_block
         if block is None:
-            raise EmptyQueueError("popleft() from an empty FreeBlockQueue")
+            raise EmptyQueueError(EMPTY_QUEUE_MESSAGE)
         following = block.next_free_block
         head.next_free_block = following
         if following is not None:
@@ -213,7 +220,7 @@ class RemoveAcceptsSentinel(FreeBlockQueue[B]):
         before = block.prev_free_block
         after = block.next_free_block
         if before is None and after is None:
-            raise _not_linked(block)
+            raise _not_linked("remove", block)
         if before is not None:
             before.next_free_block = after
         if after is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from typing import SupportsIndex
 
 import pytest
 from hypothesis import given
@@ -232,7 +233,7 @@ class _RecordingQueue(FreeBlockQueue[Block]):
         self.calls.append("popleft")
         return super().popleft()
 
-    def popleft_n(self, n: int) -> list[Block]:
+    def popleft_n(self, n: SupportsIndex) -> list[Block]:
         self.calls.append("popleft_n")
         return super().popleft_n(n)
 

@@ -24,9 +24,11 @@ class, which holds no check and stays a plain (or mypyc-compiled) class.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from verified_queue import _switch
 from verified_queue import queue as _queue_module
-from verified_queue.block import Block
+from verified_queue.block import Block, Linkable
 from verified_queue.checked import CheckedFreeBlockQueue
 from verified_queue.errors import (
     AlreadyInQueueError,
@@ -35,8 +37,8 @@ from verified_queue.errors import (
     NegativeCountError,
     NotInQueueError,
     QueueError,
+    WrongTypeError,
 )
-from verified_queue.queue import FreeBlockQueue
 
 __version__ = "0.1.0"
 
@@ -47,10 +49,16 @@ COMPILED: bool = not (_queue_module.__file__ or "").endswith(".py")
 #: ``"on"`` or ``"full"`` (a full O(n) check before every operation).
 CHECK_LEVEL: str = _switch.CHECK_LEVEL
 
-if CHECK_LEVEL != "off":
-    # Rebinding the exported name, not patching the class: a mypyc-compiled
-    # FreeBlockQueue cannot be patched, and the production class stays check-free.
-    FreeBlockQueue = CheckedFreeBlockQueue  # type: ignore[misc]  # a subclass bound to the class's name on purpose
+if TYPE_CHECKING:
+    # Type checkers see one declaration, the class, so ``FreeBlockQueue[KVCacheBlock]``
+    # is a type in mypy and pyright alike; the checked class is a subclass with the same
+    # signatures, so what checks against one holds for the other.
+    from verified_queue.queue import FreeBlockQueue
+else:
+    # Binding the exported name, not patching the class: a mypyc-compiled FreeBlockQueue
+    # cannot be patched, and the production class stays check-free. Either way the name
+    # is a class; the choice is made once, at import, and costs nothing per operation.
+    FreeBlockQueue = _queue_module.FreeBlockQueue if CHECK_LEVEL == "off" else CheckedFreeBlockQueue
 
 __all__ = [
     "CHECK_LEVEL",
@@ -61,8 +69,10 @@ __all__ = [
     "EmptyQueueError",
     "FreeBlockQueue",
     "InvariantViolation",
+    "Linkable",
     "NegativeCountError",
     "NotInQueueError",
     "QueueError",
+    "WrongTypeError",
     "__version__",
 ]

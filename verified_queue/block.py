@@ -1,17 +1,29 @@
-"""The intrusive link node that every block type subclasses.
+"""The intrusive link node that every block type subclasses, and the shape the queue needs.
 
 A block carries its own two links, so the free queue never allocates a node
 for it. A block is *detached* when both links are ``None`` and *linked* when
 both are set; a queue's sentinels are the only blocks with exactly one link
 set (the head has no predecessor, the tail no successor).
+
+Any object with the two link attributes (:class:`Linkable`) can sit in the
+pure-Python queue, vLLM's own ``KVCacheBlock`` included. The compiled queue
+reads the links as C struct fields, so it takes :class:`Block` subclasses only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["Block", "Sentinel"]
+__all__ = ["LINK_FIELDS", "Block", "Linkable", "Sentinel"]
+
+#: The two attributes the queue threads its list through, in vLLM's order.
+LINK_FIELDS = ("prev_free_block", "next_free_block")
+
+#: What a ``Block`` subclass may not define: the links (the queue writes the base
+#: class's own slots, and compiled code would bypass a re-declared one) and attribute
+#: hooks, which the compiled queue bypasses too, so the two builds would differ.
+_RESERVED = (*LINK_FIELDS, "__setattr__", "__delattr__", "__getattribute__")
 
 _Class = TypeVar("_Class")
 
@@ -24,6 +36,23 @@ except ImportError:  # the pure-Python build has no runtime dependencies
     def mypyc_attr(*_names: str, **_options: object) -> Callable[[_Class], _Class]:
         """Stand in for mypyc's class options, which mean nothing to the interpreter."""
         return lambda cls: cls
+
+
+class Linkable(Protocol):
+    """The shape of anything the queue can link: the two link attributes, readable.
+
+    :class:`Block` has it, and so does a class that declares the two fields
+    itself, such as vLLM's ``KVCacheBlock``. Read-only members keep the
+    protocol covariant, so a field typed ``KVCacheBlock | None`` matches.
+    """
+
+    @property
+    def prev_free_block(self) -> Linkable | None:
+        """The block before this one in its free queue, or ``None``."""
+
+    @property
+    def next_free_block(self) -> Linkable | None:
+        """The block after this one in its free queue, or ``None``."""
 
 
 # Compiled, Block is a native class whose links are C struct fields the compiled
@@ -39,6 +68,14 @@ class Block:
 
     The queue compares blocks by identity only, so a subclass may keep a
     generated ``__eq__`` (or one that raises) without slowing the queue down.
+
+    A subclass may not re-declare ``prev_free_block`` or ``next_free_block``
+    (as a field, a slot or a property) nor override ``__setattr__``,
+    ``__delattr__`` or ``__getattribute__`` (so it cannot be a frozen
+    dataclass either): the queue links
+    through the base class's own slots, which compiled code reaches directly,
+    so such a subclass would see other links than the queue writes. It is
+    refused with ``TypeError`` when the class is created.
 
     >>> block = Block()
     >>> block.prev_free_block is None and block.next_free_block is None
@@ -59,6 +96,18 @@ class Block:
 
     def __init__(self) -> None:
         """Create a detached block (both links ``None``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a subclass that re-declares a link or hooks attribute access."""
+        super().__init_subclass__(**kwargs)
+        redeclared = [name for name in _RESERVED if name in cls.__dict__]
+        if redeclared:
+            raise TypeError(
+                f"{cls.__qualname__} re-declares {', '.join(redeclared)} of verified_queue.Block: "
+                "the queue links blocks through Block's own prev_free_block and next_free_block "
+                "slots, which compiled code reaches directly; drop those declarations from the "
+                "subclass (Block already has the links), and do not freeze it"
+            )
 
     def __repr__(self) -> str:
         """Name the block's type, identity and link state, never its neighbours.
@@ -85,13 +134,17 @@ class Sentinel(Block):
     queue's guards reject it wherever a block is expected.
     """
 
-    __slots__ = ("role",)
+    __slots__ = ("block_id", "role")
 
     role: str
+    #: ``-1``, as vLLM's sentinels have: code that reads a neighbour's ``block_id``
+    #: (vLLM's ``KVCacheBlock.__repr__`` does) works at either end of the queue.
+    block_id: int
 
     def __init__(self, role: str) -> None:
         """Create a detached sentinel; ``role`` is ``"head"`` or ``"tail"``, for diagnostics."""
         self.role = role
+        self.block_id = -1
 
     def __repr__(self) -> str:
         """Name the role and identity of the sentinel, never its neighbours."""

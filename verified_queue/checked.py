@@ -57,10 +57,10 @@ subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Final, TypeVar
+from typing import Final, SupportsIndex, TypeVar
 
 from verified_queue import _switch
-from verified_queue.block import Block, Sentinel
+from verified_queue.block import Block, Linkable, Sentinel
 from verified_queue.errors import NotInQueueError, QueueError
 from verified_queue.invariants import (
     COUNT_CONSISTENCY,
@@ -70,7 +70,7 @@ from verified_queue.invariants import (
     describe,
     violation,
 )
-from verified_queue.queue import FreeBlockQueue
+from verified_queue.queue import FreeBlockQueue, _count_argument, _not_linked
 
 __all__ = ["DEFAULT_FULL_CHECK_EVERY", "MIN_FULL_CHECK_PERIOD", "CheckedFreeBlockQueue"]
 
@@ -82,14 +82,14 @@ MIN_FULL_CHECK_PERIOD: Final = 1000
 #: otherwise ``None`` (the adaptive period).
 DEFAULT_FULL_CHECK_EVERY: Final[int | None] = 1 if _switch.CHECK_LEVEL == "full" else None
 
-B = TypeVar("B", bound=Block)
+B = TypeVar("B", bound=Linkable)
 
 #: The countdown of a queue whose periodic full check is off (``full_check_every=0``); when
 #: it runs out, it is rewound instead of acted on.
 _NEVER: Final = 1 << 29
 
 #: The production methods each checked operation links with; see ``__init_subclass__``.
-_LINKING_METHODS: Final = ("popleft", "popleft_n", "remove", "append", "append_n")
+_LINKING_METHODS: Final = ("popleft", "popleft_n", "remove", "append", "append_n", "prepend_n")
 
 
 class CheckedFreeBlockQueue(FreeBlockQueue[B]):
@@ -130,6 +130,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     _super_remove = FreeBlockQueue.remove
     _super_append = FreeBlockQueue.append
     _super_append_n = FreeBlockQueue.append_n
+    _super_prepend_n = FreeBlockQueue.prepend_n
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """Bind the subclass's ``_super_*`` methods to what ``super()`` reaches from here."""
@@ -381,11 +382,11 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 "both None (cleared by outside code while the block was in the queue)",
             )
 
-    def _not_a_member(self, block: object) -> QueueError:
-        """The error for ``remove`` of a non-member: foreign, detached, sentinel, or spliced in."""
-        operation = f"remove({describe(block)})"
+    def _not_a_member(self, block: object, operation: str = "remove") -> QueueError:
+        """The error for a non-member where a member is needed (foreign, detached, spliced in)."""
         if isinstance(block, Sentinel):
-            return NotInQueueError(f"{operation}: it is a queue sentinel")
+            return _not_linked(operation, block)
+        operation = f"{operation}({describe(block)})"
         before = getattr(block, "prev_free_block", None)
         after = getattr(block, "next_free_block", None)
         if before is None and after is None:
@@ -398,7 +399,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             # Linked into this queue's chain, but never by this queue.
             return violation(
                 NO_DUPLICATES,
-                "the start of remove()",
+                f"the start of {operation}",
                 f"membership of {describe(block)}",
                 "a block this queue linked itself",
                 "a block linked in by outside code",
@@ -446,18 +447,49 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(n)
         """
         self.full_check()
-        return self._iterate()
+        return self._iterate(self.fake_free_list_head, 0)
 
-    def _iterate(self) -> Iterator[B]:
+    def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
+        """Yield the free blocks after ``cursor``; a cursor that is not a member is rejected.
+
+        Unlike the production queue, this also rejects, with
+        :class:`NotInQueueError`, a cursor linked in another queue. Each step
+        checks the link it crosses, as iteration does, and the call counts as
+        an operation toward the periodic full check (it does not run one by
+        itself: a walk that stops early stays cheap).
+
+        Runtime complexity: O(1) to start, O(1) per block yielded, plus the
+        amortized O(1) full check
+        """
+        members = self._members
+        if self.num_free_blocks != len(members):
+            self._expect_count("the start of iter_blocks_after()")
+        countdown = self._until_full_check - 1
+        self._until_full_check = countdown
+        if countdown <= 0:
+            self._period_over()
+        if cursor is None or cursor is self.fake_free_list_head:
+            return self._iterate(self.fake_free_list_head, 0)
+        if cursor is self.fake_free_list_tail:
+            return self._iterate(self.fake_free_list_tail, -1)
+        if id(cursor) not in members:
+            raise self._not_a_member(cursor, "iter_blocks_after")
+        return self._iterate(cursor, -1)  # type: ignore[arg-type]  # a member, so a Block
+
+    def _iterate(self, start: Block, position: int) -> Iterator[B]:
+        """Yield the members after ``start``, checking each link; ``position`` of start, or -1."""
         tail = self.fake_free_list_tail
-        block: Block = self.fake_free_list_head
-        position = 0
+        block: Block = start
+        if block is tail:
+            return
+        where = "iteration" if position >= 0 else "iteration after a cursor"
+        position = max(position, 0)
         while True:
             following = block.next_free_block
             position += 1
             if following is tail:
                 return
-            self._expect_linked_member(following, block, position, "iteration")
+            self._expect_linked_member(following, block, position, where)
             block = following  # type: ignore[assignment]  # a member, so a Block
             yield block  # type: ignore[misc]  # a member, so a B
             if not self._is_member(block):
@@ -531,11 +563,12 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         tail = self.fake_free_list_tail
         return node is tail and tail.next_free_block is None and steps == len(members)
 
-    def popleft_n(self, n: int) -> list[B]:
+    def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Detach and return the first ``n`` blocks, checking each link the run crosses.
 
         Runtime complexity: O(n), plus the amortized O(1) full check
         """
+        count: int = n if type(n) is int else _count_argument("popleft_n", n)
         members = self._members
         if self.num_free_blocks != len(members):
             self._expect_count("the start of popleft_n()")
@@ -543,9 +576,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         self._until_full_check = countdown
         if countdown <= 0:
             self._period_over()
-        if 0 <= n <= len(members) and not self._front_is_sound(n):
-            self._check_front(n, "the start of popleft_n()")
-        popped = self._super_popleft_n(n)
+        if 0 <= count <= len(members) and not self._front_is_sound(count):
+            self._check_front(count, "the start of popleft_n()")
+        popped = self._super_popleft_n(count)
         for block in popped:
             del members[id(block)]
         if not self._front_is_sound(0):
@@ -582,7 +615,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             and before.next_free_block is block  # type: ignore[union-attr]  # member or sentinel
             and after.prev_free_block is block  # type: ignore[union-attr]  # member or sentinel
         ):
-            self._check_around(block, "the start of remove()")
+            self._check_around(block, "the start of remove()")  # type: ignore[arg-type]  # a member, so a Block
         self._super_remove(block)
         del members[block_id]
         if before.next_free_block is not after or after.prev_free_block is not before:  # type: ignore[union-attr]  # checked
@@ -661,3 +694,28 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._check_back("the end of append_n()")
         if self.num_free_blocks != len(members):
             self._expect_count("the end of append_n()")
+
+    def prepend_n(self, blocks: Iterable[B]) -> None:
+        """Link ``blocks`` at the front, all or none, checking the front before and after.
+
+        Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
+        """
+        batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
+        members = self._members
+        if self.num_free_blocks != len(members):
+            self._expect_count("the start of prepend_n()")
+        countdown = self._until_full_check - 1
+        self._until_full_check = countdown
+        if countdown <= 0:
+            self._period_over()
+        if not members.keys().isdisjoint(map(id, batch)):
+            for block in batch:
+                self._reject_cleared_member(block, "the start of prepend_n()")
+        if not self._front_is_sound(0):
+            self._check_front(0, "the start of prepend_n()")
+        self._super_prepend_n(batch)
+        members.update(zip(map(id, batch), batch, strict=True))
+        if not self._front_is_sound(0):
+            self._check_front(0, "the end of prepend_n()")
+        if self.num_free_blocks != len(members):
+            self._expect_count("the end of prepend_n()")

@@ -15,6 +15,7 @@ __all__ = [
     "NegativeCountError",
     "NotInQueueError",
     "QueueError",
+    "WrongTypeError",
 ]
 
 
@@ -30,12 +31,21 @@ class NegativeCountError(QueueError, ValueError):
     """``popleft_n(n)`` was given a negative ``n``."""
 
 
-class NotInQueueError(QueueError, ValueError):
-    """``remove(block)`` was given a block that is not linked in the queue (or a sentinel)."""
+class NotInQueueError(QueueError, ValueError, RuntimeError):
+    """A block the operation needs in the queue is not linked there (or is a sentinel).
+
+    Raised by ``remove(block)``, by ``iter_blocks_after(cursor)``, and by an
+    iteration whose current block left the queue. It is a ``RuntimeError``
+    too, because vLLM's queue raises that for the same mistake.
+    """
 
 
 class AlreadyInQueueError(QueueError, ValueError):
     """A block handed to the queue is already linked (a double free), repeated, or a sentinel."""
+
+
+class WrongTypeError(QueueError, TypeError):
+    """An argument is not of a type the operation takes: not a block, or a count that is no int."""
 
 
 #: The names an :class:`InvariantViolation` may carry in ``.invariant``, in the

@@ -30,27 +30,52 @@ most the links the method needs anyway, plus one. The one misuse they cannot
 see in O(1) is ``remove`` of a block linked in a *different* queue: the
 ``CheckedFreeBlockQueue`` of check mode catches that.
 
+Arguments of the wrong type (``append(None)``, a compiled queue handed a block
+that is not a :class:`Block`, ``popleft_n(2.5)``) raise
+:class:`WrongTypeError` with nothing changed. The happy path pays nothing for
+it: the link reads that fail anyway are wrapped in ``try`` blocks, which cost
+nothing until they raise. A sentinel whose inner link was destroyed by
+outside code makes an operation raise :class:`InvariantViolation` (an
+``AssertionError``, as in vLLM's queue), again with nothing changed.
+
+Iteration (``iter(queue)``, :meth:`FreeBlockQueue.iter_blocks_after`) is live:
+it follows the links as they are when it resumes. A block the iteration stands
+on that leaves the queue makes it raise :class:`NotInQueueError`, like a dict
+changed during iteration; it never yields ``None`` or a sentinel.
+
 This module is the hot path and, with the Block it links, the only code worth
 compiling; it imports no checker, and its methods allocate nothing but the
-lists they return (and ``append_n``'s copy of a batch that is not a list).
+lists they return (and a batch's copy when it is not a list).
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Final, Generic, SupportsIndex, TypeVar
 
-from verified_queue.block import Block, Sentinel
+from verified_queue.block import LINK_FIELDS, Block, Linkable, Sentinel
 from verified_queue.errors import (
     AlreadyInQueueError,
     EmptyQueueError,
+    InvariantViolation,
     NegativeCountError,
     NotInQueueError,
+    WrongTypeError,
 )
 
-__all__ = ["FreeBlockQueue"]
+__all__ = ["EMPTY_QUEUE_MESSAGE", "FreeBlockQueue"]
 
-B = TypeVar("B", bound=Block)
+# Bound to the protocol, not to Block: vLLM's own KVCacheBlock declares the two links
+# itself and fits. Inside the methods every node is declared Block, so the compiled
+# build reads the links as C fields (and refuses, with WrongTypeError, what is not one).
+B = TypeVar("B", bound=Linkable)
+
+#: What ``popleft()`` on an empty queue says: vLLM's words, which its callers match.
+EMPTY_QUEUE_MESSAGE: Final = "No free blocks available"
+
+#: Whether this module runs compiled (its file is then an extension, not a .py).
+_COMPILED: Final = not __file__.endswith(".py")
 
 _Class = TypeVar("_Class")
 
@@ -132,19 +157,66 @@ class FreeBlockQueue(Generic[B]):
     def __iter__(self) -> Iterator[B]:
         """Yield the free blocks from the front to the back.
 
+        Raises :class:`NotInQueueError` if the block the iteration stands on
+        leaves the queue before the next step (see the module docstring).
+
         Runtime complexity: O(n)
 
         >>> blocks = [Block(), Block()]
         >>> [b is orig for b, orig in zip(FreeBlockQueue(blocks), blocks)]
         [True, True]
         """
+        return self._walk(self.fake_free_list_head.next_free_block)
+
+    def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
+        """Yield the free blocks after ``cursor`` in eviction order; all of them if ``None``.
+
+        A walk can be resumed from the last block it saw, as vLLM's offload
+        manager does. The cursor is checked when this is called, not when the
+        iteration starts: a detached cursor, or a sentinel of another queue,
+        raises :class:`NotInQueueError` (this queue's own head and tail mean
+        "from the front" and "nothing after"). A cursor linked in another
+        queue cannot be told apart in O(1); ``CheckedFreeBlockQueue`` rejects
+        it. The iteration is live, like ``iter(queue)``.
+
+        Runtime complexity: O(1) to start, O(1) per block yielded
+
+        >>> blocks = [Block() for _ in range(3)]
+        >>> queue = FreeBlockQueue(blocks)
+        >>> [b is blocks[2] for b in queue.iter_blocks_after(blocks[1])]
+        [True]
+        >>> len(list(queue.iter_blocks_after(None)))
+        3
+        """
+        if cursor is None:
+            return self._walk(self.fake_free_list_head.next_free_block)
+        try:
+            node: Block = cursor  # type: ignore[assignment]  # compiled: a Block, checked here
+            following = node.next_free_block
+            linked = following is not None and node.prev_free_block is not None
+        except (AttributeError, TypeError):
+            raise _not_a_block("iter_blocks_after", cursor) from None
+        if not linked:
+            if node is self.fake_free_list_head or node is self.fake_free_list_tail:
+                following = node.next_free_block
+            else:
+                raise _not_linked("iter_blocks_after", cursor)
+        return self._walk(following)
+
+    def _walk(self, start: Block | None) -> Iterator[B]:
+        """Yield from ``start`` up to this queue's tail, following the links live."""
         tail = self.fake_free_list_tail
-        # The locals are declared Block (the links say Block | None) because I1
-        # guarantees a successor: compiled, that makes every link a C field access.
-        block: Block = self.fake_free_list_head.next_free_block  # type: ignore[assignment]  # I1
+        block = start
         while block is not tail:
+            if block is None or block.next_free_block is None:
+                # The block yielded last was detached (its link is None now) or
+                # moved next to another queue's tail: the chain changed under us.
+                raise NotInQueueError(
+                    "the free queue changed during iteration: "
+                    "the block the iteration stood on left the queue"
+                )
             yield block  # type: ignore[misc]  # I1, I3: every block between the sentinels is a B
-            block = block.next_free_block  # type: ignore[assignment]  # I1: set on every linked block
+            block = block.next_free_block
 
     def __contains__(self, block: object) -> bool:
         """Return whether ``block`` itself (by identity, never ``==``) is in this queue.
@@ -174,7 +246,8 @@ class FreeBlockQueue(Generic[B]):
     def popleft(self) -> B:
         """Detach and return the front block (the next one to evict).
 
-        Raises :class:`EmptyQueueError` if the queue is empty.
+        Raises :class:`EmptyQueueError` (a ``ValueError``) saying
+        ``No free blocks available`` if the queue is empty.
 
         Runtime complexity: O(1)
 
@@ -184,11 +257,14 @@ class FreeBlockQueue(Generic[B]):
         (True, 1)
         """
         head = self.fake_free_list_head
-        block: Block = head.next_free_block  # type: ignore[assignment]  # I1: the head has a successor
-        following = block.next_free_block
+        try:
+            block: Block = head.next_free_block  # type: ignore[assignment]  # I1: the head has a successor
+            following = block.next_free_block
+        except (AttributeError, TypeError):
+            raise _lost_inner_link("popleft", "head") from None
         if following is None:
             # I1: only the tail has no successor, so the queue is empty.
-            raise EmptyQueueError("popleft() from an empty FreeBlockQueue")
+            raise EmptyQueueError(EMPTY_QUEUE_MESSAGE)
         # Splice the front block out.
         head.next_free_block = following
         following.prev_free_block = head
@@ -197,12 +273,16 @@ class FreeBlockQueue(Generic[B]):
         self.num_free_blocks -= 1  # I2
         return block  # type: ignore[return-value]  # I3: not a sentinel, so a B
 
-    def popleft_n(self, n: int) -> list[B]:
+    def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Detach and return the first ``n`` blocks, front first.
 
-        ``popleft_n(0)`` returns ``[]``. Raises :class:`EmptyQueueError` if
-        ``n > len(self)`` and :class:`NegativeCountError` if ``n < 0``; either
-        way the queue is unchanged.
+        ``popleft_n(0)`` returns ``[]``. ``n`` may be any integer type
+        (``operator.index``), but not a ``bool``. Raises
+        :class:`EmptyQueueError` if ``n > len(self)``,
+        :class:`NegativeCountError` if ``n < 0`` and :class:`WrongTypeError`
+        if ``n`` is not an integer; in each case the queue is unchanged. An
+        exception raised in the middle (``KeyboardInterrupt`` from a signal)
+        puts every block back where it was.
 
         Runtime complexity: O(n)
 
@@ -211,34 +291,47 @@ class FreeBlockQueue(Generic[B]):
         >>> queue.popleft_n(2) == blocks[:2], len(queue)
         (True, 1)
         """
-        if n > self.num_free_blocks:
+        count: int = n if type(n) is int else _count_argument("popleft_n", n)
+        if count > self.num_free_blocks:
             raise EmptyQueueError(
-                f"popleft_n({n}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
+                f"popleft_n({count}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
             )
-        if n < 0:
-            raise NegativeCountError(f"popleft_n({n}): the count must not be negative")
+        if count < 0:
+            raise NegativeCountError(f"popleft_n({count}): the count must not be negative")
         head = self.fake_free_list_head
-        block: Block = head.next_free_block  # type: ignore[assignment]  # I1
-        # Filled by index: cheaper per block than list.append in CPython.
-        popped: list[B] = [None] * n  # type: ignore[list-item]  # every slot is filled below
-        for index in range(n):
-            popped[index] = block  # type: ignore[assignment]  # I2: n <= count, never the tail
-            following: Block = block.next_free_block  # type: ignore[assignment]  # I1
-            # I4: each popped block leaves detached.
-            block.prev_free_block = block.next_free_block = None
-            block = following
-        # Splice the run out: the first kept block (or the tail) follows the head.
-        head.next_free_block = block
-        block.prev_free_block = head
-        self.num_free_blocks -= n  # I2
+        # First pass, reads only: collect the run. Filled by index, which is cheaper
+        # per block than list.append in CPython.
+        popped: list[B] = [None] * count  # type: ignore[list-item]  # every slot is filled below
+        try:
+            block: Block = head.next_free_block  # type: ignore[assignment]  # I1
+            for index in range(count):
+                popped[index] = block  # type: ignore[assignment]  # I2: count <= n, never the tail
+                block = block.next_free_block  # type: ignore[assignment]  # I1
+        except (AttributeError, TypeError):
+            # I1 broken by outside code: a None link inside the counted run.
+            raise _lost_inner_link("popleft_n", "head") from None
+        # Second pass, the writes; an exception between them (a signal) is undone.
+        try:
+            # Splice the run out: the first kept block (or the tail) follows the head.
+            head.next_free_block = block
+            block.prev_free_block = head
+            taken: Block
+            for taken in popped:  # type: ignore[assignment]  # each a Block (I1, I3)
+                # I4: each popped block leaves detached.
+                taken.prev_free_block = taken.next_free_block = None
+        except BaseException:
+            _relink_run(head, popped, block)
+            raise
+        self.num_free_blocks -= count  # I2
         return popped
 
     def remove(self, block: B) -> None:
         """Detach ``block`` from anywhere in the queue (a prefix-cache hit).
 
-        Raises :class:`NotInQueueError` if ``block`` is detached or a sentinel.
-        A block linked in a *different* queue cannot be told apart in O(1)
-        from one linked in this queue: ``CheckedFreeBlockQueue`` catches that.
+        Raises :class:`NotInQueueError` (also a ``RuntimeError``, as vLLM's
+        queue raises) if ``block`` is detached or a sentinel. A block linked
+        in a *different* queue cannot be told apart in O(1) from one linked in
+        this queue: ``CheckedFreeBlockQueue`` catches that.
 
         Runtime complexity: O(1)
 
@@ -248,16 +341,20 @@ class FreeBlockQueue(Generic[B]):
         >>> queue.get_all_free_blocks() == [blocks[0], blocks[2]]
         True
         """
-        before = block.prev_free_block
-        after = block.next_free_block
+        try:
+            node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
+            before = node.prev_free_block
+            after = node.next_free_block
+        except (AttributeError, TypeError):
+            raise _not_a_block("remove", block) from None
         if before is None or after is None:
             # I4: a detached block has neither link, a sentinel only one.
-            raise _not_linked(block)
+            raise _not_linked("remove", block)
         # Bridge the neighbours over the block.
         before.next_free_block = after
         after.prev_free_block = before
         # I4: the removed block leaves detached.
-        block.prev_free_block = block.next_free_block = None
+        node.prev_free_block = node.next_free_block = None
         self.num_free_blocks -= 1  # I2
 
     def append(self, block: B) -> None:
@@ -274,25 +371,34 @@ class FreeBlockQueue(Generic[B]):
         >>> queue.popleft() is block
         True
         """
-        if block.next_free_block is not None or block.prev_free_block is not None:
+        try:
+            node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
+            linked = node.next_free_block is not None or node.prev_free_block is not None
+        except (AttributeError, TypeError):
+            raise _not_a_block("append", block) from None
+        if linked:
             # I4: only a detached block may join.
             raise _already_linked("append", block)
         tail = self.fake_free_list_tail
-        last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
-        # Link the block between the old last block and the tail.
-        last.next_free_block = block
-        block.prev_free_block = last
-        block.next_free_block = tail
-        tail.prev_free_block = block
+        try:
+            last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
+            # Link the block between the old last block and the tail.
+            last.next_free_block = node
+        except (AttributeError, TypeError):
+            raise _lost_inner_link("append", "tail") from None
+        node.prev_free_block = last
+        node.next_free_block = tail
+        tail.prev_free_block = node
         self.num_free_blocks += 1  # I2
 
     def append_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the back in order, all or none (``list.extend``).
 
         Raises :class:`AlreadyInQueueError` if a block is linked, repeated in
-        the batch, or a sentinel; the queue and every block are then exactly as
-        before. Any other error (a non-block in the batch, an iterator that
-        raises) also leaves them as before.
+        the batch, or a sentinel, and :class:`WrongTypeError` if an item is
+        not a block; the queue and every block are then exactly as before.
+        Any other error (an iterator that raises, a signal) also leaves them
+        as before.
 
         Runtime complexity: O(len(blocks))
 
@@ -304,29 +410,65 @@ class FreeBlockQueue(Generic[B]):
         """
         # Anything but an exact list is copied into one first: draining an
         # iterator up front means it cannot fail half-way through, and an exact
-        # type test is cheaper than isinstance (compiled, a list[B] is indexed
+        # type test is cheaper than isinstance (compiled, a list is indexed
         # directly instead of iterated through the generic protocol).
         batch: list[B] = blocks if type(blocks) is list else list(blocks)
         tail = self.fake_free_list_tail
-        first_last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1
-        last = first_last
-        # One pass links the batch behind the old last block. A repeated block
-        # is seen by the guard because its first copy is linked by then.
+        self._link_run("append_n", batch, tail.prev_free_block, tail)
+
+    def prepend_n(self, blocks: Iterable[B]) -> None:
+        """Link ``blocks`` at the front in order, all or none (``list[0:0] = blocks``).
+
+        After ``prepend_n([a, b])`` the queue starts ``a, b`` and then the old
+        front, so ``a`` is the next block to evict: vLLM's block pool frees
+        blocks without a cached hash this way, to reuse them first. Raises as
+        :meth:`append_n` does, with the queue and every block exactly as
+        before.
+
+        Runtime complexity: O(len(blocks))
+
+        >>> blocks = [Block() for _ in range(3)]
+        >>> queue = FreeBlockQueue(blocks[2:])
+        >>> queue.prepend_n(blocks[:2])
+        >>> queue.get_all_free_blocks() == blocks
+        True
+        """
+        batch: list[B] = blocks if type(blocks) is list else list(blocks)
+        head = self.fake_free_list_head
+        self._link_run("prepend_n", batch, head, head.next_free_block)
+
+    def _link_run(
+        self, operation: str, batch: list[B], before: Block | None, after: Block | None
+    ) -> None:
+        """Link ``batch`` between the adjacent ``before`` and ``after``, all or none.
+
+        One pass links the batch behind ``before``. A repeated block is seen by
+        the guard because its first copy is linked by then. ``after``'s back
+        link is written last, so until then the old chain is intact behind the
+        half-linked run, and the undo only has to detach the run.
+        """
+        if before is None or after is None:
+            raise _lost_inner_link(operation, "head" if operation == "prepend_n" else "tail")
+        added = len(batch)
+        last: Block = before
         try:
-            for block in batch:
-                if block.next_free_block is not None or block.prev_free_block is not None:
+            node: Block
+            for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
+                if node.next_free_block is not None or node.prev_free_block is not None:
                     # I4: only a detached block may join.
-                    raise _already_linked("append_n", block)
-                block.prev_free_block = last
-                last.next_free_block = block
-                last = block
-        except BaseException:
-            _unlink_run(first_last, last, tail)
+                    raise _already_linked(operation, node)
+                node.prev_free_block = last
+                last.next_free_block = node
+                last = node
+            # Close the chain on ``after``.
+            last.next_free_block = after
+            after.prev_free_block = last
+        except BaseException as error:
+            _unlink_run(before, last, after)
+            if isinstance(error, (AttributeError, TypeError)):
+                raise _not_a_block(operation, _first_unlinkable(batch)) from None
             raise
-        # Close the chain on the tail.
-        last.next_free_block = tail
-        tail.prev_free_block = last
-        self.num_free_blocks += len(batch)  # I2
+        self.num_free_blocks += added  # I2
 
     def get_all_free_blocks(self) -> list[B]:
         """Return a new list of the free blocks, front first (``list(queue)``).
@@ -346,26 +488,92 @@ class FreeBlockQueue(Generic[B]):
         return found
 
 
-def _already_linked(operation: str, block: Block) -> AlreadyInQueueError:
+def _describe(block: object) -> str:
+    """``repr(block)``, or its type and identity when that repr itself fails.
+
+    Error messages are built from it, and building one must never raise: a
+    user's ``__repr__`` may read a neighbour that is not what it expects.
+    """
+    try:
+        return repr(block)
+    except Exception:  # any failure of a user's __repr__ falls back
+        return f"<{type(block).__qualname__} object at {id(block):#x}>"
+
+
+def _already_linked(operation: str, block: object) -> AlreadyInQueueError:
     """Build the error for a block that may not join a queue (kept off the hot path)."""
     if isinstance(block, Sentinel):
         reason = "it is a queue sentinel"
     else:
         reason = "it is already linked in a queue (a double free?)"
-    return AlreadyInQueueError(f"{operation}({block!r}): {reason}")
+    return AlreadyInQueueError(f"{operation}({_describe(block)}): {reason}")
 
 
-def _not_linked(block: Block) -> NotInQueueError:
-    """Build the error for a block that ``remove`` cannot take (kept off the hot path)."""
-    if isinstance(block, Sentinel):
+def _not_linked(operation: str, block: object) -> NotInQueueError:
+    """Build the error for a block that is not linked where ``operation`` needs it."""
+    if not isinstance(block, Sentinel):
+        reason = "it is not linked in a queue"
+    elif operation == "remove":
         reason = "it is a queue sentinel, which never leaves its queue"
     else:
-        reason = "it is not linked in a queue"
-    return NotInQueueError(f"remove({block!r}): {reason}")
+        # iter_blocks_after takes this queue's own sentinels, so this one is foreign.
+        reason = "it is another queue's sentinel"
+    return NotInQueueError(f"{operation}({_describe(block)}): {reason}")
 
 
-def _unlink_run(before_run: Block, last: Block, tail: Block) -> None:
-    """Undo a half-linked batch: detach ``before_run.next .. last`` and reconnect ``tail``.
+def _can_link(value: object) -> bool:
+    """Whether this build can link ``value``: a Block, or (pure Python) anything with both links."""
+    if isinstance(value, Block):
+        return True
+    return not _COMPILED and all(hasattr(value, name) for name in LINK_FIELDS)
+
+
+def _first_unlinkable(batch: list[B]) -> object:
+    """The first item of ``batch`` this build cannot link (the cause of a failed batch)."""
+    return next((item for item in batch if not _can_link(item)), None)
+
+
+def _not_a_block(operation: str, value: object) -> WrongTypeError:
+    """Build the error for an argument that is not a block this build can link."""
+    described = _describe(value)
+    kind = type(value).__qualname__
+    if all(hasattr(value, name) for name in LINK_FIELDS):
+        # It has the links, so only the compiled build refuses it.
+        return WrongTypeError(
+            f"{operation}({described}): the compiled verified_queue links only subclasses of "
+            f"verified_queue.Block, and {kind} is not one; subclass verified_queue.Block and "
+            "drop the class's own prev_free_block and next_free_block fields (Block has them)"
+        )
+    return WrongTypeError(
+        f"{operation}({described}): expected a block (a verified_queue.Block, or an object "
+        f"with prev_free_block and next_free_block), got {kind}"
+    )
+
+
+def _count_argument(operation: str, n: object) -> int:
+    """``n`` as an int, for a count that is not exactly one (kept off the hot path)."""
+    if isinstance(n, bool):
+        raise WrongTypeError(f"{operation}({n!r}): the count must be an integer, not a bool")
+    try:
+        return operator.index(n)  # type: ignore[arg-type]  # anything else is refused just below
+    except TypeError:
+        raise WrongTypeError(
+            f"{operation}({_describe(n)}): the count must be an integer, not {type(n).__qualname__}"
+        ) from None
+
+
+def _lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
+    """Build the error for a sentinel whose link into the chain outside code destroyed."""
+    link = "next_free_block" if sentinel == "head" else "prev_free_block"
+    return InvariantViolation(
+        f"{operation}(): the {sentinel} sentinel's {link} is not a block (I1 broken by outside "
+        "code); nothing was changed",
+        invariant="sentinel_linkage",
+    )
+
+
+def _unlink_run(before_run: Block, last: Block, after_run: Block) -> None:
+    """Undo a half-linked batch: detach ``before_run.next .. last`` and rejoin the ends.
 
     Walks back from ``last`` over the blocks this batch linked, so it ends.
     """
@@ -375,5 +583,18 @@ def _unlink_run(before_run: Block, last: Block, tail: Block) -> None:
         # I4: every block of the failed batch leaves detached again.
         block.prev_free_block = block.next_free_block = None
         block = previous  # type: ignore[assignment]  # set by the batch loop
-    # I1: the old last block is followed by the tail again.
-    before_run.next_free_block = tail
+    # I1: the two ends are adjacent again.
+    before_run.next_free_block = after_run
+    after_run.prev_free_block = before_run
+
+
+def _relink_run(head: Block, run: list[B], after_run: Block) -> None:
+    """Undo an interrupted ``popleft_n``: link ``run`` back between ``head`` and ``after_run``."""
+    previous = head
+    block: Block
+    for block in run:  # type: ignore[assignment]  # blocks popleft_n took from the chain
+        block.prev_free_block = previous
+        previous.next_free_block = block
+        previous = block
+    previous.next_free_block = after_run
+    after_run.prev_free_block = previous
