@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 from block_types import KVCacheBlock, NumberedBlock
 
 import verified_queue
-from verified_queue import Block, FreeBlockQueue
+from verified_queue import Block, FreeBlockQueue, WrongTypeError
 
 
 def test_plain_block_starts_detached() -> None:
@@ -80,3 +81,84 @@ def test_repr_of_block_in_long_chain_does_not_recurse() -> None:
     assert len(repr(blocks[50_000])) < 80
     assert len(repr(queue)) < 80
     assert len(repr(queue.fake_free_list_head)) < 80
+
+
+@dataclasses.dataclass(slots=True)
+class OwnLinksBlock:
+    """A block that is not a Block: a slotted dataclass declaring the two links itself.
+
+    It has the shape of vLLM's own KVCacheBlock (fields, generated __eq__, links declared
+    as its own fields), so it shows what the queue does with that class unchanged.
+    """
+
+    block_id: int
+    ref_cnt: int = 0
+    prev_free_block: OwnLinksBlock | None = None
+    next_free_block: OwnLinksBlock | None = None
+
+
+def test_block_with_its_own_links_works_pure_and_is_refused_compiled() -> None:
+    """Pure Python links a non-Block with both links; compiled refuses it naming the fix."""
+    blocks = [OwnLinksBlock(i) for i in range(3)]
+    if verified_queue.COMPILED:
+        with pytest.raises(WrongTypeError, match=r"subclass verified_queue\.Block and drop"):
+            FreeBlockQueue(blocks)
+        assert all(b.prev_free_block is None and b.next_free_block is None for b in blocks)
+        return
+    queue = FreeBlockQueue(blocks)
+    queue.remove(blocks[1])
+    queue.prepend_n([blocks[1]])
+    assert queue.get_all_free_blocks() == [blocks[1], blocks[0], blocks[2]]
+    assert queue.popleft() is blocks[1]
+    assert blocks[1].prev_free_block is None
+
+
+def define_field_block() -> None:
+    """Define a slotted dataclass Block subclass that re-declares a link as a field."""
+
+    @dataclasses.dataclass(slots=True)
+    class FieldBlock(Block):
+        block_id: int
+        prev_free_block: Block | None = None
+
+
+def define_slot_block() -> None:
+    """Define a Block subclass that re-declares a link in its own __slots__."""
+
+    class SlotBlock(Block):
+        __slots__ = ("next_free_block",)
+
+
+def define_property_block() -> None:
+    """Define a Block subclass that overrides a link with a property."""
+
+    class PropertyBlock(Block):
+        @property
+        def next_free_block(self) -> Block | None:  # type: ignore[override]  # the mistake under test
+            return None
+
+
+def define_frozen_block() -> None:
+    """Define a frozen slotted dataclass Block subclass (its __setattr__ would block links)."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class FrozenBlock(Block):
+        block_id: int
+
+
+@pytest.mark.parametrize(
+    "define", [define_field_block, define_slot_block, define_property_block, define_frozen_block]
+)
+def test_subclass_redeclaring_a_link_is_refused_at_class_creation(
+    define: Callable[[], None],
+) -> None:
+    """A Block subclass that re-declares a link or is frozen is a TypeError when defined."""
+    with pytest.raises(TypeError, match="drop those declarations"):
+        define()
+
+
+def test_sentinels_carry_block_id_minus_one() -> None:
+    """Both sentinels have block_id -1, as vLLM's do, so code reading a neighbour's id works."""
+    queue = FreeBlockQueue[Block]()
+    assert queue.fake_free_list_head.block_id == -1  # type: ignore[attr-defined]
+    assert queue.fake_free_list_tail.block_id == -1  # type: ignore[attr-defined]

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import assert_type
 
 import pytest
 from block_types import NumberedBlock, numbered, numbers, snapshot
+from typing_extensions import assert_type
 
 from verified_queue import (
     AlreadyInQueueError,
     Block,
     EmptyQueueError,
     FreeBlockQueue,
+    InvariantViolation,
     NegativeCountError,
     NotInQueueError,
     QueueError,
@@ -453,3 +454,269 @@ def test_static_types_follow_the_block_type() -> None:
     batch = assert_type(queue.popleft_n(2), list[NumberedBlock])
     rest = assert_type(queue.get_all_free_blocks(), list[NumberedBlock])
     assert (first.number, numbers(batch), numbers(rest)) == (0, [1, 2], [3])
+
+
+# ------------------------------------------------------------------ prepend_n
+
+
+@pytest.mark.parametrize(("count", "batch"), [(0, 0), (0, 3), (1, 1), (3, 2), (4, 0)])
+def test_prepend_n_links_batch_at_front_in_order(count: int, batch: int) -> None:
+    """prepend_n([a, b]) makes the queue start a, b and then the old front."""
+    queue, blocks = make(count)
+    fresh = [NumberedBlock(100 + i) for i in range(batch)]
+    queue.prepend_n(fresh)
+    assert_chain(queue, [*fresh, *blocks])
+
+
+def test_prepend_n_takes_any_iterable() -> None:
+    """A generator batch is drained once and linked in order, like a list."""
+    queue, blocks = make(2)
+    fresh = numbered(3)
+    queue.prepend_n(block for block in fresh)
+    assert_chain(queue, [*fresh, *blocks])
+
+
+def test_prepend_n_blocks_leave_first_by_popleft() -> None:
+    """The prepended blocks are the next ones popleft hands out (vLLM's LIFO reuse)."""
+    queue, blocks = make(3)
+    fresh = numbered(2)
+    queue.prepend_n(fresh)
+    assert queue.popleft_n(2) == fresh
+    assert_chain(queue, blocks)
+
+
+@pytest.mark.parametrize("bad", ["linked", "repeat", "head", "tail", "front"])
+def test_prepend_n_refusal_changes_nothing(bad: str) -> None:
+    """A linked block, a repeat, a sentinel or the old front refuses the whole batch."""
+    queue, blocks = make(3)
+    other, others = make(2)
+    fresh = numbered(2)
+    offender: Block = {
+        "linked": others[0],
+        "repeat": fresh[0],
+        "head": queue.fake_free_list_head,
+        "tail": queue.fake_free_list_tail,
+        "front": blocks[0],
+    }[bad]
+    universe = [*blocks, *others, *fresh, other.fake_free_list_head, other.fake_free_list_tail]
+    before = snapshot(queue, universe)
+    with pytest.raises(AlreadyInQueueError, match=r"^prepend_n\("):
+        queue.prepend_n([fresh[0], offender, fresh[1]])  # type: ignore[list-item]  # deliberate
+    assert snapshot(queue, universe) == before
+    assert_detached(*fresh)
+
+
+def test_prepend_n_with_failing_iterator_links_nothing() -> None:
+    """An iterator that raises half-way leaves the queue and the blocks it yielded as before."""
+    queue, blocks = make(1)
+    fresh = numbered(2)
+
+    def failing() -> Iterator[NumberedBlock]:
+        yield fresh[0]
+        raise KeyError("source failed")
+
+    with pytest.raises(KeyError):
+        queue.prepend_n(failing())
+    assert_chain(queue, blocks)
+    assert_detached(*fresh)
+
+
+@pytest.mark.parametrize("operation", ["append", "append_n", "prepend_n", "popleft", "popleft_n"])
+def test_lost_inner_sentinel_link_raises_invariant_violation(operation: str) -> None:
+    """A sentinel whose inner link was cleared gives InvariantViolation, nothing changed."""
+    queue, blocks = make(2)
+    fresh = NumberedBlock(9)
+    if operation in ("append", "append_n"):
+        queue.fake_free_list_tail.prev_free_block = None
+    else:
+        queue.fake_free_list_head.next_free_block = None
+    universe = [*blocks, fresh]
+    before = snapshot_links(queue, universe)
+    calls: dict[str, Callable[[], object]] = {
+        "append": lambda: queue.append(fresh),
+        "append_n": lambda: queue.append_n([fresh]),
+        "prepend_n": lambda: queue.prepend_n([fresh]),
+        "popleft": queue.popleft,
+        "popleft_n": lambda: queue.popleft_n(1),
+    }
+    with pytest.raises(InvariantViolation, match="sentinel") as caught:
+        calls[operation]()
+    assert isinstance(caught.value, AssertionError)
+    assert caught.value.invariant == "sentinel_linkage"
+    assert snapshot_links(queue, universe) == before
+
+
+def snapshot_links(queue: FreeBlockQueue[NumberedBlock], universe: list[NumberedBlock]) -> object:
+    """Every link of the sentinels and ``universe`` and the count, without walking the chain."""
+    nodes = [queue.fake_free_list_head, queue.fake_free_list_tail, *universe]
+    return queue.num_free_blocks, [(id(n.prev_free_block), id(n.next_free_block)) for n in nodes]
+
+
+# ---------------------------------------------------------- iter_blocks_after
+
+
+def test_iter_blocks_after_none_yields_every_block() -> None:
+    """A None cursor walks the whole queue front first."""
+    queue, blocks = make(4)
+    assert list(queue.iter_blocks_after(None)) == blocks
+
+
+@pytest.mark.parametrize("index", [0, 1, 3])
+def test_iter_blocks_after_cursor_yields_the_rest(index: int) -> None:
+    """A linked cursor yields exactly the blocks after it, in eviction order."""
+    queue, blocks = make(4)
+    assert list(queue.iter_blocks_after(blocks[index])) == blocks[index + 1 :]
+
+
+def test_iter_blocks_after_resumes_from_a_saved_cursor() -> None:
+    """Walking in steps from the last block seen covers the queue once, as vLLM's offloader does."""
+    queue, blocks = make(5)
+    seen: list[NumberedBlock] = []
+    cursor: NumberedBlock | None = None
+    for _ in range(3):
+        for step, block in enumerate(queue.iter_blocks_after(cursor)):
+            if step == 2:
+                break
+            seen.append(block)
+            cursor = block
+    assert seen == blocks
+
+
+def test_iter_blocks_after_own_sentinels() -> None:
+    """The queue's own head means from the front and its own tail means nothing after."""
+    queue, blocks = make(2)
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    assert list(queue.iter_blocks_after(head)) == blocks  # type: ignore[arg-type]  # deliberate
+    assert list(queue.iter_blocks_after(tail)) == []  # type: ignore[arg-type]  # deliberate
+
+
+@pytest.mark.parametrize("cursor", ["detached", "foreign head", "foreign tail"])
+def test_iter_blocks_after_rejects_cursor_at_call_time(cursor: str) -> None:
+    """A detached cursor or another queue's sentinel raises NotInQueueError before any next()."""
+    queue, _ = make(2)
+    other, _ = make(1)
+    node: Block = {
+        "detached": NumberedBlock(7),
+        "foreign head": other.fake_free_list_head,
+        "foreign tail": other.fake_free_list_tail,
+    }[cursor]
+    with pytest.raises(NotInQueueError, match=r"^iter_blocks_after\(") as caught:
+        queue.iter_blocks_after(node)  # type: ignore[arg-type]  # deliberate
+    assert isinstance(caught.value, RuntimeError)
+
+
+def test_iteration_raises_when_its_block_is_removed() -> None:
+    """Removing the block a loop stands on raises NotInQueueError; it never yields None."""
+    queue, blocks = make(3)
+    yielded: list[NumberedBlock] = []
+
+    def remove_each() -> None:
+        for block in queue:
+            yielded.append(block)
+            queue.remove(block)
+
+    with pytest.raises(NotInQueueError, match="changed during iteration"):
+        remove_each()
+    assert yielded == blocks[:1]
+    assert_chain(queue, blocks[1:])
+
+
+def test_iteration_never_yields_a_foreign_sentinel() -> None:
+    """A block moved to the end of another queue mid-loop stops the loop with an error."""
+    queue, blocks = make(2)
+    other, _ = make(0)
+    iterator = iter(queue)
+    assert next(iterator) is blocks[0]
+    queue.remove(blocks[1])
+    other.append(blocks[1])
+    queue.remove(blocks[0])
+    other.prepend_n([blocks[0]])
+    # blocks[0] is now followed by blocks[1] and then the other queue's tail.
+    assert next(iterator) is blocks[1]
+    with pytest.raises(NotInQueueError):
+        next(iterator)
+
+
+# ------------------------------------------------------- arguments and errors
+
+
+@pytest.mark.parametrize("value", [None, "x", 3])
+@pytest.mark.parametrize("operation", ["append", "remove", "append_n", "prepend_n"])
+def test_non_block_argument_raises_wrong_type_and_changes_nothing(
+    operation: str, value: object
+) -> None:
+    """One clear WrongTypeError (a TypeError) names the expected type, with nothing changed."""
+    queue, blocks = make(2)
+    before = snapshot(queue, blocks)
+    calls: dict[str, Callable[[], object]] = {
+        "append": lambda: queue.append(value),  # type: ignore[arg-type]
+        "remove": lambda: queue.remove(value),  # type: ignore[arg-type]
+        "append_n": lambda: queue.append_n([value]),  # type: ignore[list-item]
+        "prepend_n": lambda: queue.prepend_n([value]),  # type: ignore[list-item]
+    }
+    with pytest.raises(WrongTypeError, match="expected a block") as caught:
+        calls[operation]()
+    assert isinstance(caught.value, TypeError)
+    assert snapshot(queue, blocks) == before
+
+
+@pytest.mark.parametrize("n", [2.5, "2", None, True])
+def test_popleft_n_refuses_non_integer_counts(n: object) -> None:
+    """A float, a string, None or a bool count raises WrongTypeError, the queue unchanged."""
+    queue, blocks = make(3)
+    with pytest.raises(WrongTypeError, match="must be an integer"):
+        queue.popleft_n(n)  # type: ignore[arg-type]  # deliberate
+    assert_chain(queue, blocks)
+
+
+def test_popleft_n_accepts_index_integers_and_keeps_an_int_count() -> None:
+    """An integer type with __index__ (numpy's, say) is a count; num_free_blocks stays an int."""
+
+    class Count:
+        def __index__(self) -> int:
+            return 2
+
+    queue, blocks = make(3)
+    assert queue.popleft_n(Count()) == blocks[:2]
+    assert type(queue.num_free_blocks) is int
+    assert bool(queue)
+
+
+def test_error_message_survives_a_failing_repr() -> None:
+    """A block whose __repr__ raises still gets AlreadyInQueueError, naming its type."""
+
+    class BadRepr(NumberedBlock):
+        __slots__ = ()
+
+        def __repr__(self) -> str:
+            raise RuntimeError("repr is broken")
+
+    queue = FreeBlockQueue([BadRepr(0)])
+    block = queue.get_all_free_blocks()[0]
+    with pytest.raises(AlreadyInQueueError, match=r"BadRepr object at 0x"):
+        queue.append(block)
+
+
+def test_double_free_of_first_and_last_block_of_vllm_shaped_block() -> None:
+    """A repr that reads the neighbours' block_id works at both ends (sentinels have id -1)."""
+    queue = FreeBlockQueue([IdBlock(0), IdBlock(1)])
+    first, last = queue.get_all_free_blocks()
+    assert repr(first) == "IdBlock(0, prev=-1, next=1)"
+    assert repr(last) == "IdBlock(1, prev=0, next=-1)"
+    for block in (first, last):
+        with pytest.raises(AlreadyInQueueError, match=r"IdBlock\(\d, prev="):
+            queue.append(block)
+
+
+class IdBlock(Block):
+    """A block whose repr reads its neighbours' block_id, as vLLM's KVCacheBlock's does."""
+
+    __slots__ = ("block_id",)
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+
+    def __repr__(self) -> str:
+        before = self.prev_free_block.block_id if self.prev_free_block else None  # type: ignore[attr-defined]
+        after = self.next_free_block.block_id if self.next_free_block else None  # type: ignore[attr-defined]
+        return f"IdBlock({self.block_id}, prev={before}, next={after})"

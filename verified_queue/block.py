@@ -100,7 +100,7 @@ class Block:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse a subclass that re-declares a link or hooks attribute access."""
         super().__init_subclass__(**kwargs)
-        redeclared = [name for name in _RESERVED if name in cls.__dict__]
+        redeclared = [name for name in _RESERVED if name in vars(cls)]
         if redeclared:
             raise TypeError(
                 f"{cls.__qualname__} re-declares {', '.join(redeclared)} of verified_queue.Block: "

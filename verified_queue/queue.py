@@ -197,8 +197,10 @@ class FreeBlockQueue(Generic[B]):
         except (AttributeError, TypeError):
             raise _not_a_block("iter_blocks_after", cursor) from None
         if not linked:
-            if node is self.fake_free_list_head or node is self.fake_free_list_tail:
+            if node is self.fake_free_list_head:
                 following = node.next_free_block
+            elif node is self.fake_free_list_tail:
+                following = node  # nothing after the tail
             else:
                 raise _not_linked("iter_blocks_after", cursor)
         return self._walk(following)
@@ -206,17 +208,23 @@ class FreeBlockQueue(Generic[B]):
     def _walk(self, start: Block | None) -> Iterator[B]:
         """Yield from ``start`` up to this queue's tail, following the links live."""
         tail = self.fake_free_list_tail
-        block = start
+        if start is None:
+            raise _changed_during_iteration()
+        block: Block = start
         while block is not tail:
-            if block is None or block.next_free_block is None:
-                # The block yielded last was detached (its link is None now) or
-                # moved next to another queue's tail: the chain changed under us.
-                raise NotInQueueError(
-                    "the free queue changed during iteration: "
-                    "the block the iteration stood on left the queue"
-                )
+            # Links are read into a local and tested there, never tested in place:
+            # compiled, a narrowed ``block.next_free_block`` would stay narrowed across
+            # the yield, and the read after it would refuse the None it tests for.
+            following: Block | None = block.next_free_block
+            if following is None:
+                # Another queue's tail, or a block detached before the walk reached it.
+                raise _changed_during_iteration()
             yield block  # type: ignore[misc]  # I1, I3: every block between the sentinels is a B
-            block = block.next_free_block
+            following = block.next_free_block
+            if following is None:
+                # The block yielded last left the queue while the caller held it.
+                raise _changed_during_iteration()
+            block = following
 
     def __contains__(self, block: object) -> bool:
         """Return whether ``block`` itself (by identity, never ``==``) is in this queue.
@@ -560,6 +568,13 @@ def _count_argument(operation: str, n: object) -> int:
         raise WrongTypeError(
             f"{operation}({_describe(n)}): the count must be an integer, not {type(n).__qualname__}"
         ) from None
+
+
+def _changed_during_iteration() -> NotInQueueError:
+    """Build the error for an iteration whose block left the queue under it."""
+    return NotInQueueError(
+        "the free queue changed during iteration: the block the iteration stood on left the queue"
+    )
 
 
 def _lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
