@@ -1,4 +1,4 @@
-"""The examples in README.md and in every module's docstrings run as doctests."""
+"""The examples in README.md, on the docs pages and in the modules' docstrings run as doctests."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ MODULES = sorted(
     for info in pkgutil.iter_modules(verified_queue.__path__, "verified_queue.")
     if info.name != "verified_queue.__main__"
 )
+# The guide pages that show examples (docs/hooks.py also runs them when the site is built).
+DOC_PAGES = sorted(page for page in (ROOT / "docs").glob("*.md") if ">>> " in page.read_text())
 
 
 @pytest.mark.parametrize("name", ["verified_queue", *MODULES])
@@ -47,5 +49,19 @@ def test_readme_examples() -> None:
     results = doctest.testfile(
         str(ROOT / "README.md"), module_relative=False, optionflags=doctest.ELLIPSIS
     )
+    assert results.attempted > 0
+    assert results.failed == 0
+
+
+def test_the_guide_pages_have_examples() -> None:
+    """The documentation pages carry examples, so the page test below is not vacuous."""
+    assert len(DOC_PAGES) >= 3
+
+
+@pytest.mark.production_only  # the pages show the production class's repr
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda page: page.name)
+def test_docs_page_examples(page: Path) -> None:
+    """Every example on the documentation page produces the output it shows."""
+    results = doctest.testfile(str(page), module_relative=False, optionflags=doctest.ELLIPSIS)
     assert results.attempted > 0
     assert results.failed == 0
