@@ -55,6 +55,8 @@ def test_readme_examples() -> None:
 
 def test_the_guide_pages_have_examples() -> None:
     """The documentation pages carry examples, so the page test below is not vacuous."""
+    if not (ROOT / "docs" / "index.md").exists():
+        pytest.skip("no docs/ here (mutation testing runs on a copy without it)")
     assert len(DOC_PAGES) >= 3
 
 
