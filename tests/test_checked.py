@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import verified_queue
 from verified_queue import (
     AlreadyInQueueError,
     Block,
@@ -50,7 +51,7 @@ def checked(size: int, **options: int | None) -> tuple[CheckedFreeBlockQueue[Blo
 # ------------------------------------------------------ same API, same results
 
 OPERATION_CODES = st.lists(
-    st.tuples(st.integers(min_value=0, max_value=8), st.integers(min_value=0, max_value=15)),
+    st.tuples(st.integers(min_value=0, max_value=10), st.integers(min_value=0, max_value=15)),
     max_size=60,
 )
 
@@ -70,6 +71,17 @@ def _append_n(queue: FreeBlockQueue[Block], universe: list[Block], pick: int) ->
     return None
 
 
+def _prepend_n(queue: FreeBlockQueue[Block], universe: list[Block], pick: int) -> object:
+    queue.prepend_n(iter([universe[pick], universe[(pick * 5) % len(universe)]]))
+    return None
+
+
+def _iter_after(queue: FreeBlockQueue[Block], universe: list[Block], pick: int) -> object:
+    """The blocks after a cursor that is in the queue, or after None when the pick is not."""
+    cursor = universe[pick] if universe[pick] in queue else None
+    return list(queue.iter_blocks_after(cursor))
+
+
 #: Operation codes for generated call sequences; each takes (queue, universe, pick).
 ACTIONS: list[Callable[[FreeBlockQueue[Block], list[Block], int], object]] = [
     lambda queue, _universe, _pick: queue.popleft(),
@@ -79,6 +91,8 @@ ACTIONS: list[Callable[[FreeBlockQueue[Block], list[Block], int], object]] = [
     _append,
     _append,
     _append_n,
+    _prepend_n,
+    _iter_after,
     lambda queue, universe, pick: universe[pick] in queue,
     lambda queue, _universe, _pick: (len(queue), bool(queue), list(queue)),
 ]
@@ -432,6 +446,23 @@ CORRUPTIONS = [
         lambda q, _b: q.popleft_n(4),
     ),
     _Corruption(
+        "front block's prev skewed before a prepend",
+        lambda _q, b: setattr(b[0], "prev_free_block", b[2]),
+        lambda q, _b: q.prepend_n([Block()]),
+    ),
+    _Corruption(
+        "head's next into another queue before a prepend",
+        lambda q, _b: setattr(
+            q.fake_free_list_head, "next_free_block", FreeBlockQueue([Block()]).popleft()
+        ),
+        lambda q, _b: q.prepend_n([Block()]),
+    ),
+    _Corruption(
+        "walk after a cursor crosses a skewed link",
+        lambda _q, b: setattr(b[3], "prev_free_block", b[0]),
+        lambda q, b: list(q.iter_blocks_after(b[1])),
+    ),
+    _Corruption(
         "ring closed from the back",
         lambda _q, b: setattr(b[4], "next_free_block", b[2]),
         lambda q, _b: q.append(Block()),
@@ -521,3 +552,52 @@ def test_a_block_spliced_in_by_outside_code_is_named_on_remove_and_by_the_full_c
     with pytest.raises(InvariantViolation, match="linked in by outside code") as caught:
         queue.full_check()
     assert caught.value.invariant == NO_DUPLICATES
+
+
+def test_cursor_linked_in_another_queue_is_rejected_in_check_mode() -> None:
+    """iter_blocks_after refuses another queue's block in O(1); production walks into it."""
+    queue, _ = checked(3)
+    other, foreign = checked(2)
+    with pytest.raises(NotInQueueError, match="linked in another queue"):
+        queue.iter_blocks_after(foreign[0])
+    # Production cannot tell in O(1): it walks the other queue and stops at its tail.
+    walk = FreeBlockQueue.iter_blocks_after(queue, foreign[0])
+    assert next(walk) is foreign[1]
+    with pytest.raises(NotInQueueError, match="changed during iteration"):
+        next(walk)
+    other.full_check()
+
+
+def test_prepend_n_double_free_is_rejected_with_both_queues_unchanged() -> None:
+    """A batch holding a block of another queue is refused whole, as in production."""
+    queue, blocks = checked(2)
+    other, foreign = checked(1)
+    fresh = Block()
+    with pytest.raises(AlreadyInQueueError, match=r"^prepend_n\("):
+        queue.prepend_n([fresh, foreign[0]])
+    assert fresh.prev_free_block is None
+    assert fresh.next_free_block is None
+    assert queue.get_all_free_blocks() == blocks
+    assert other.get_all_free_blocks() == foreign
+
+
+def test_check_mode_takes_a_block_that_declares_its_own_links() -> None:
+    """Check mode and the checkers accept vLLM's block shape (not a Block) in the pure build."""
+
+    @dataclass(slots=True)
+    class OwnLinks:
+        block_id: int
+        prev_free_block: OwnLinks | None = None
+        next_free_block: OwnLinks | None = None
+
+    if verified_queue.COMPILED:
+        pytest.skip("the compiled queue takes Block subclasses only")
+    blocks = [OwnLinks(i) for i in range(4)]
+    queue = CheckedFreeBlockQueue(blocks[:3], full_check_every=1)
+    queue.prepend_n([blocks[3]])
+    queue.remove(blocks[1])
+    assert list(queue.iter_blocks_after(blocks[0])) == [blocks[2]]
+    check_invariants(queue, pool=[b for b in blocks if b is not blocks[1]])
+    blocks[2].prev_free_block = blocks[3]
+    with pytest.raises(InvariantViolation):
+        queue.full_check()

@@ -68,6 +68,7 @@ from verified_queue.invariants import (
     SENTINEL_LINKAGE,
     check_invariants,
     describe,
+    is_block,
     violation,
 )
 from verified_queue.queue import FreeBlockQueue, _count_argument, _not_linked
@@ -392,9 +393,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         if before is None and after is None:
             return NotInQueueError(f"{operation}: the block is not linked in a queue")
         if (
-            isinstance(before, Block)
+            is_block(before)
             and (before is self.fake_free_list_head or self._is_member(before))
-            and before.next_free_block is block
+            and before.next_free_block is block  # type: ignore[union-attr]  # is_block: not None
         ):
             # Linked into this queue's chain, but never by this queue.
             return violation(

@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from verified_queue.block import Block, Sentinel
+from verified_queue.block import LINK_FIELDS, Block, Sentinel
 from verified_queue.errors import InvariantViolation
 
 __all__ = [
@@ -64,6 +64,9 @@ __all__ = [
     "check_invariants",
     "check_no_duplicates",
     "check_sentinel_linkage",
+    "describe",
+    "is_block",
+    "violation",
 ]
 
 SENTINEL_LINKAGE: Final = "sentinel_linkage"
@@ -118,7 +121,7 @@ def describe(value: object, head: object = None, tail: object = None) -> str:
     """
     if value is None or value is _UNSET:
         return repr(value)
-    if not isinstance(value, Block):
+    if not is_block(value):
         return f"a non-block {object.__repr__(value)}"
     try:
         text = repr(value)
@@ -129,6 +132,22 @@ def describe(value: object, head: object = None, tail: object = None) -> str:
     if isinstance(value, Sentinel):
         return f"another queue's {text}"
     return text
+
+
+def is_block(value: object) -> bool:
+    """Whether ``value`` is something the queue links: a Block, or any object with both links.
+
+    The pure-Python queue takes a block type that declares the two links itself
+    (vLLM's ``KVCacheBlock``), so the checkers do too.
+
+    Runtime complexity: O(1)
+
+    >>> is_block(Block()), is_block(object())
+    (True, False)
+    """
+    if isinstance(value, Block):
+        return True
+    return all(hasattr(value, name) for name in LINK_FIELDS)
 
 
 def _at(position: int) -> str:
@@ -175,7 +194,7 @@ def _reject_non_block(
     node: object, previous: object, position: int, head: Block, tail: Block
 ) -> None:
     """(1): the node reached at ``position`` must be a block that is not a sentinel."""
-    if not isinstance(node, Block) or isinstance(node, Sentinel):
+    if isinstance(node, Sentinel) or not is_block(node):
         raise violation(
             SENTINEL_LINKAGE,
             _at(position),
