@@ -53,11 +53,14 @@ def test_a_clean_run_serves_every_request_and_reports(checks: bool) -> None:
     assert report.blocks_freed >= report.blocks_allocated
     assert f"{SMALL.blocks - 1:,} blocks free" in output.split("[100%]")[1].splitlines()[0]
     assert report.pool_audits == 1
+    # Partial blocks have no hash when freed: they go to the front, to be reused first.
+    assert 0 < report.blocks_freed_lifo < report.blocks_freed
     for label in (
         "requests served",
         "prefix-cache hit rate",
         "blocks allocated",
         "blocks freed",
+        "reused LIFO",
         "blocks evicted",
         "pool calls",
         "invariant checks",
@@ -114,6 +117,20 @@ def test_the_hit_rate_counts_each_prompt_once(monkeypatch: pytest.MonkeyPatch) -
     assert len(prompt_lengths) == SMALL.requests
 
 
+def test_the_builtin_key_function_serves_the_same_run() -> None:
+    """With --key-function builtin the run makes the same hits (no collision occurs by chance)."""
+    default, output = run_quietly(replace(SMALL, checks=False))
+    builtin, builtin_output = run_quietly(replace(SMALL, checks=False, key_function="builtin"))
+    assert builtin.status == default.status == 0
+    assert (builtin.prompt_tokens_hit, builtin.blocks_hit, builtin.blocks_freed_lifo) == (
+        default.prompt_tokens_hit,
+        default.blocks_hit,
+        default.blocks_freed_lifo,
+    )
+    assert "seed 3, sha256 keys," in output
+    assert "seed 3, builtin keys," in builtin_output
+
+
 def test_progress_is_shown_at_every_tenth_of_the_requests() -> None:
     """The run prints ten progress lines, from 10% to 100% of the requests served."""
     _, output = run_quietly(SMALL)
@@ -136,6 +153,7 @@ def test_the_smallest_pool_still_serves_every_request() -> None:
         ({"blocks": 1}, "too small"),
         ({"blocks": 2, "block_size": 1}, "too small"),
         ({"inject": "use-after-free"}, "unknown fault"),
+        ({"key_function": "md5"}, "unknown key function"),
     ],
 )
 def test_an_impossible_configuration_is_refused(changes: dict[str, object], message: str) -> None:
@@ -149,7 +167,7 @@ def test_an_impossible_configuration_is_refused(changes: dict[str, object], mess
 
 @pytest.mark.parametrize(
     ("fault", "error"),
-    [("double-free", "AlreadyInQueueError"), ("foreign-remove", "NotInQueueError")],
+    [("double-free", "DoubleFreeError"), ("foreign-remove", "NotInQueueError")],
 )
 def test_check_mode_stops_a_planted_fault_at_the_faulty_call(fault: str, error: str) -> None:
     """Check mode raises at the planted call itself, names it, and the run exits 1."""
@@ -163,9 +181,10 @@ def test_check_mode_stops_a_planted_fault_at_the_faulty_call(fault: str, error: 
 
 
 def test_check_mode_names_the_block_and_the_reason() -> None:
-    """The diagnostics say what was wrong: the negative count, the other queue."""
+    """The diagnostics say what was wrong: the count that would go negative, the other queue."""
     _, double = run_quietly(replace(SMALL, inject="double-free"))
-    assert "ref_cnt=-1" in result_line(double)
+    assert "ref_cnt=0" in result_line(double)
+    assert "its ref_cnt would drop to -1" in result_line(double)
     assert "a double free?" in result_line(double)
     _, foreign = run_quietly(replace(SMALL, inject="foreign-remove"))
     assert "it is linked in another queue" in result_line(foreign)
@@ -197,11 +216,11 @@ def test_without_checks_link_corruption_surfaces_far_from_its_cause() -> None:
     assert "CRASHED" in line or "DAMAGED" in line or "pool calls after" in line
 
 
-def test_without_checks_a_double_free_still_meets_the_queues_own_guard() -> None:
-    """The production queue's O(1) guard rejects a double free even with check mode off."""
+def test_without_checks_a_double_free_still_meets_the_pools_own_guard() -> None:
+    """The pool's O(1)-per-block count check rejects a double free even with check mode off."""
     report, output = run_quietly(replace(SMALL, inject="double-free", checks=False))
     assert report.status == 1
-    assert "STOPPED at the faulty call, by AlreadyInQueueError" in result_line(output)
+    assert "STOPPED at the faulty call, by DoubleFreeError" in result_line(output)
 
 
 def test_a_fault_with_no_chance_to_be_planted_is_not_reported_clean() -> None:
@@ -286,6 +305,16 @@ def test_cli_rejects_an_unknown_fault() -> None:
     """``--inject`` accepts only the faults the demo knows how to plant."""
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--inject", "use-after-free"])
+    assert exit_info.value.code == 2
+
+
+def test_cli_key_function(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--key-function builtin`` is passed to the run; an unknown name is a usage error."""
+    argv = ["demo", "--requests", "20", "--blocks", "600", "--no-checks"]
+    assert main([*argv, "--key-function", "builtin"]) == 0
+    assert "builtin keys" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--key-function", "md5"])
     assert exit_info.value.code == 2
 
 

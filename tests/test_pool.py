@@ -19,15 +19,13 @@ from verified_queue import (
     NotInQueueError,
 )
 from verified_queue.pool import (
-    ROOT_HASH,
     BlockHash,
     BlockPool,
     BlockPoolError,
+    DoubleFreeError,
     KVCacheBlock,
     QueueFactory,
-    hash_block_tokens,
     hash_request_tokens,
-    sha256_block_hash,
 )
 from verified_queue.queue import FreeBlockQueue
 
@@ -95,6 +93,11 @@ def tokens(start: int, count: int) -> list[int]:
     return list(range(start, start + count))
 
 
+def checked_queue(blocks: list[KVCacheBlock]) -> FreeBlockQueue[KVCacheBlock]:
+    """Build a check-mode queue that runs its full check before every operation."""
+    return CheckedFreeBlockQueue(blocks, full_check_every=1)
+
+
 # --- construction and allocation ---------------------------------------------------------
 
 
@@ -150,50 +153,6 @@ def test_usage_counts_the_null_block_as_used() -> None:
     assert repr(pool) == "<BlockPool of 8 blocks, 4 free>"
 
 
-# --- hashing ---------------------------------------------------------------------------------
-
-
-def test_block_hashes_chain_through_the_parent() -> None:
-    """A block's key depends on every token before it, not only on its own tokens."""
-    first = hash_block_tokens(None, [1, 2])
-    assert first == BlockHash(hash((ROOT_HASH, (1, 2))), (1, 2))
-    after_first = hash_block_tokens(first, [3, 4])
-    after_other = hash_block_tokens(hash_block_tokens(None, [9, 9]), [3, 4])
-    assert after_first.token_ids == after_other.token_ids == (3, 4)
-    assert after_first != after_other
-    keys = hash_request_tokens([1, 2, 3, 4, 5], block_size=2)
-    assert keys == [first, after_first]
-
-
-def test_hash_request_tokens_reuses_known_keys_and_skips_the_partial_block() -> None:
-    """Known keys are kept as given and only the blocks after them are hashed."""
-    calls: list[tuple[int, tuple[int, ...]]] = []
-
-    def counting_hash(key: tuple[int, tuple[int, ...]]) -> int:
-        calls.append(key)
-        return hash(key)
-
-    known = hash_request_tokens([1, 2, 3, 4], 2, counting_hash)
-    assert len(calls) == 2
-    extended = hash_request_tokens([1, 2, 3, 4, 5, 6, 7], 2, counting_hash, known=known)
-    assert len(calls) == 3
-    assert extended[:2] == known
-    assert extended == hash_request_tokens([1, 2, 3, 4, 5, 6, 7], 2)
-    with pytest.raises(ValueError, match="block_size"):
-        hash_request_tokens([1], 0)
-
-
-def test_sha256_block_hash_is_stable_and_tells_parents_apart() -> None:
-    """The SHA-256 hash is deterministic, fits 64 signed bits and depends on parent and tokens."""
-    key = sha256_block_hash((ROOT_HASH, (1, 2, 3)))
-    assert key == sha256_block_hash((ROOT_HASH, (1, 2, 3)))
-    assert -(2**63) <= key < 2**63
-    assert key != sha256_block_hash((1, (1, 2, 3)))
-    assert key != sha256_block_hash((ROOT_HASH, (1, 2, 4)))
-    chained = hash_request_tokens(tokens(0, 8), BLOCK_SIZE, sha256_block_hash)
-    assert chained[1].hash_value == sha256_block_hash((chained[0].hash_value, (4, 5, 6, 7)))
-
-
 # --- the prefix-caching scenarios ------------------------------------------------------------
 
 
@@ -210,21 +169,24 @@ def test_shared_prefix_allocation_and_eviction_order() -> None:
     assert [block.ref_cnt for block in first.blocks] == [2, 2, 2, 1]
     assert pool.get_num_free_blocks() == 5
     finish(pool, first)
-    assert free_ids(pool) == [6, 7, 8, 9, 10, 4]  # the shared blocks are still held
+    # The partial block 4 has no hash: it goes to the front; the shared blocks are still held.
+    assert free_ids(pool) == [4, 6, 7, 8, 9, 10]
     finish(pool, second)
-    # Never-used blocks first, then each request's unique tail, then the prefix tail-first.
-    assert free_ids(pool) == [6, 7, 8, 9, 10, 4, 5, 3, 2, 1]
+    # Uncached tails first (LIFO), then never-used blocks, then the cached prefix tail-first:
+    # the order vLLM 0.33.0's prefix-caching test expects.
+    assert free_ids(pool) == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
     # The prefix is hit again while its blocks are free: touch takes them from the back.
     third = admit(pool, common + tokens(300, 1))
     assert third.num_hit_blocks == 3
-    assert ids(third.blocks) == [1, 2, 3, 6]
-    assert free_ids(pool) == [7, 8, 9, 10, 4, 5]
+    assert ids(third.blocks) == [1, 2, 3, 5]
+    assert free_ids(pool) == [4, 6, 7, 8, 9, 10]
     finish(pool, third)
-    assert free_ids(pool) == [7, 8, 9, 10, 4, 5, 6, 3, 2, 1]
+    assert free_ids(pool) == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+    assert pool.num_freed_lifo == 3
     # A request that shares nothing takes every free block, in exactly that eviction order.
     fourth = admit(pool, [99] * (10 * BLOCK_SIZE))
     assert fourth.num_hit_blocks == 0
-    assert ids(fourth.blocks) == [7, 8, 9, 10, 4, 5, 6, 3, 2, 1]
+    assert ids(fourth.blocks) == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
     assert pool.get_num_free_blocks() == 0
     assert pool.cached_block_hash_to_block.keys() == set(fourth.hashes)
     pool.check_consistency()
@@ -293,16 +255,46 @@ def test_touch_removes_a_free_cached_block_from_the_middle_of_the_queue() -> Non
 
 
 def test_free_blocks_queues_only_blocks_no_request_still_uses() -> None:
-    """free_blocks decrements every count and appends, in the order given, those reaching zero."""
-    pool = BlockPool(5)
+    """free_blocks decrements every count and queues, in the order given, those reaching zero."""
+    pool = BlockPool(6)
     blocks = pool.get_new_blocks(4)
     pool.touch(blocks[1:3])
     pool.free_blocks(blocks)
-    assert free_ids(pool) == [1, 4]
+    # Uncached blocks are prepended as a run, in the order given: reused first, LIFO.
+    assert free_ids(pool) == [1, 4, 5]
     assert [block.ref_cnt for block in blocks] == [0, 1, 1, 0]
     assert pool.num_freed == 2
     pool.free_blocks(blocks[1:3])
-    assert free_ids(pool) == [1, 4, 2, 3]
+    assert free_ids(pool) == [2, 3, 1, 4, 5]
+    assert pool.num_freed_lifo == 4
+    pool.check_consistency()
+
+
+def test_free_blocks_prepends_uncached_blocks_and_appends_cached_ones() -> None:
+    """One free of mixed blocks: uncached to the front in order, cached to the back in order."""
+    pool = BlockPool(8)
+    request = admit(pool, tokens(0, 3 * BLOCK_SIZE + 2))  # 1, 2, 3 cached; 4 partial
+    extra = pool.get_new_blocks(1)  # 5, never cached
+    assert free_ids(pool) == [6, 7]
+    pool.free_blocks([*reversed(request.blocks), *extra])
+    assert free_ids(pool) == [4, 5, 6, 7, 3, 2, 1]
+    assert (pool.num_freed, pool.num_freed_lifo) == (5, 2)
+    # The next allocation reuses the blocks just freed without a hash, the last one first.
+    assert ids(pool.get_new_blocks(2)) == [4, 5]
+    assert pool.num_evicted == 0
+    pool.check_consistency()
+
+
+def test_with_caching_off_every_freed_block_is_reused_first() -> None:
+    """enable_caching=False caches nothing and prepends every freed block (vLLM's LIFO reuse)."""
+    pool = BlockPool(6, enable_caching=False)
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(blocks, hash_request_tokens(tokens(0, 12), BLOCK_SIZE), 0, 3)
+    assert pool.cached_block_hash_to_block == {}
+    assert all(block.block_hash is None for block in blocks)
+    pool.free_blocks(reversed(blocks))
+    assert free_ids(pool) == [3, 2, 1, 4, 5]
+    assert ids(pool.get_new_blocks(1)) == [3]
     pool.check_consistency()
 
 
@@ -320,7 +312,7 @@ def test_duplicate_blocks_cached_under_one_hash_are_both_kept() -> None:
     assert pool.get_cached_block(key) is pool.blocks[1]
     finish(pool, first)
     pool.free_blocks(duplicate)
-    assert free_ids(pool) == [4, 2, 1, 3]
+    assert free_ids(pool) == [2, 4, 1, 3]  # the partial block 2 went to the front
     pool.get_new_blocks(3)  # evicts block 1, the first of the two
     assert pool.get_cached_block(key) is pool.blocks[3]
     pool.check_consistency()
@@ -379,7 +371,7 @@ def test_a_double_free_is_rejected_and_every_count_restored() -> None:
     finish(pool, shared)
     counts = [block.ref_cnt for block in pool.blocks]
     order = free_ids(pool)
-    with pytest.raises(AlreadyInQueueError, match=r"ref_cnt=-1.*already linked"):
+    with pytest.raises(DoubleFreeError, match=r"ref_cnt=0.*would drop to -1 \(a double free"):
         finish(pool, shared)
     assert [block.ref_cnt for block in pool.blocks] == counts
     assert free_ids(pool) == order
@@ -393,7 +385,7 @@ def test_a_block_repeated_in_one_free_is_a_double_free() -> None:
     """A block listed twice in one free_blocks call, with one reference, is rejected."""
     pool = BlockPool(4)
     (block,) = pool.get_new_blocks(1)
-    with pytest.raises(AlreadyInQueueError):
+    with pytest.raises(AlreadyInQueueError, match="would drop to -1"):
         pool.free_blocks([block, block])
     assert block.ref_cnt == 1
     assert free_ids(pool) == [2, 3]
@@ -406,9 +398,13 @@ def test_a_block_repeated_in_one_free_is_a_double_free() -> None:
         (lambda pool: setattr(pool.blocks[3], "ref_cnt", 1), r"block_id=3.*in the free queue"),
         (lambda pool: setattr(pool.blocks[1], "ref_cnt", -1), r"block_id=1.*out of the free"),
         (lambda pool: setattr(pool.blocks[1], "ref_cnt", 0), r"block_id=1.*out of the free"),
-        (lambda pool: setattr(pool.blocks[1], "block_hash", None), r"cached under a hash it"),
+        (lambda pool: pool.blocks[1].reset_hash(), r"cached under a hash it"),
         (lambda pool: pool.cached_block_hash_to_block.clear(), r"not cached under its hash"),
-        (lambda pool: setattr(pool.null_block, "block_hash", pool.blocks[1].block_hash), "null"),
+        (lambda pool: pool.null_block.set_block_hash(BlockHash(b"k")), "null"),
+        (lambda pool: setattr(pool.null_block, "is_null", False), "unmarked"),
+        (lambda pool: setattr(pool.blocks[3], "is_null", True), "marked null"),
+        (lambda pool: setattr(pool.blocks[2], "pool", None), "does not name this pool"),
+        (lambda pool: setattr(pool.blocks[2], "block_id", 7), "does not name this pool"),
         (lambda pool: pool.free_block_queue.append(pool.null_block), "null block"),
         (lambda pool: pool.free_block_queue.append(KVCacheBlock(1)), "does not own"),
         pytest.param(
@@ -417,15 +413,21 @@ def test_a_block_repeated_in_one_free_is_a_double_free() -> None:
             marks=pytest.mark.production_only,  # check mode flags the count first, its own way
         ),
         (
-            lambda pool: pool.cached_block_hash_to_block.update({BlockHash(0, ()): {}}),
+            lambda pool: pool.cached_block_hash_to_block.update({BlockHash(b""): {}}),
             "an empty entry",
+        ),
+        (
+            lambda pool: pool.cached_block_hash_to_block.update(
+                {BlockHash(b"k"): {3: pool.blocks[3]}}
+            ),
+            "cached under a hash it lacks",
         ),
     ],
 )
 def test_check_consistency_catches_each_planted_break(
     plant: Callable[[BlockPool], object], message: str
 ) -> None:
-    """Each way of breaking P1..P3 or the count is reported by check_consistency."""
+    """Each way of breaking P1..P3, P5 or the count is reported by check_consistency."""
     pool = BlockPool(4)
     admit(pool, tokens(0, BLOCK_SIZE + 1))  # blocks 1 (cached, in use) and 2 (partial)
     pool.check_consistency()
@@ -452,6 +454,184 @@ def test_a_stale_hash_the_cache_lost_is_caught_at_eviction() -> None:
     pool.cached_block_hash_to_block.clear()
     with pytest.raises(BlockPoolError, match="P3"):
         pool.get_new_blocks(2)
+
+
+# --- the pool's own invariants, and blocks of other pools ------------------------------------
+
+
+def snapshot(pool: BlockPool) -> tuple[object, ...]:
+    """Return everything free_blocks or cache_full_blocks could change, for before/after checks."""
+    cache = {key: list(cached) for key, cached in pool.cached_block_hash_to_block.items()}
+    return (
+        free_ids(pool),
+        [block.ref_cnt for block in pool.blocks],
+        [block.block_hash for block in pool.blocks],
+        cache,
+        (pool.num_freed, pool.num_freed_lifo),
+    )
+
+
+@pytest.mark.parametrize("queue_factory", [FreeBlockQueue, checked_queue], ids=["plain", "checked"])
+def test_cache_full_blocks_refuses_a_block_listed_twice(queue_factory: QueueFactory) -> None:
+    """cache_full_blocks([b, b], ...) raises BlockPoolError and caches nothing (P3 holds)."""
+    pool = BlockPool(5, queue_factory=queue_factory)
+    (block,) = pool.get_new_blocks(1)
+    keys = hash_request_tokens(tokens(0, 2 * BLOCK_SIZE), BLOCK_SIZE)
+    before = snapshot(pool)
+    with pytest.raises(BlockPoolError, match="appears twice"):
+        pool.cache_full_blocks([block, block], keys, 0, 2)
+    assert snapshot(pool) == before
+    pool.check_consistency()
+
+
+@pytest.mark.parametrize("queue_factory", [FreeBlockQueue, checked_queue], ids=["plain", "checked"])
+def test_cache_full_blocks_refuses_the_null_block(queue_factory: QueueFactory) -> None:
+    """cache_full_blocks([pool.null_block], ...) raises BlockPoolError and caches nothing (P1)."""
+    pool = BlockPool(5, queue_factory=queue_factory)
+    (block,) = pool.get_new_blocks(1)
+    keys = hash_request_tokens(tokens(0, 2 * BLOCK_SIZE), BLOCK_SIZE)
+    before = snapshot(pool)
+    with pytest.raises(BlockPoolError, match=r"null block .* is never cached"):
+        pool.cache_full_blocks([pool.null_block], keys, 0, 1)
+    with pytest.raises(BlockPoolError, match="null block"):
+        pool.cache_full_blocks([block, pool.null_block], keys, 0, 2)  # after a good block, too
+    assert snapshot(pool) == before
+    pool.check_consistency()
+
+
+def test_cache_full_blocks_refuses_another_pools_block() -> None:
+    """A block of another pool, or of none, is never cached here (P5)."""
+    pool, other = BlockPool(5), BlockPool(5)
+    (theirs,) = other.get_new_blocks(1)
+    keys = hash_request_tokens(tokens(0, BLOCK_SIZE), BLOCK_SIZE)
+    before = snapshot(pool)
+    for stranger in (theirs, KVCacheBlock(1), KVCacheBlock(1, pool=pool)):
+        with pytest.raises(BlockPoolError, match="not a block of this pool"):
+            pool.cache_full_blocks([stranger], keys, 0, 1)
+    assert snapshot(pool) == before
+    assert theirs.block_hash is None
+    pool.check_consistency()
+    other.check_consistency()
+
+
+@pytest.mark.parametrize("queue_factory", [FreeBlockQueue, checked_queue], ids=["plain", "checked"])
+def test_free_blocks_hands_another_pools_block_to_that_pool(queue_factory: QueueFactory) -> None:
+    """A mixed free routes each block to its own pool's queue, never into ours (P5)."""
+    ours = BlockPool(6, queue_factory=queue_factory)
+    theirs = BlockPool(6, queue_factory=queue_factory)
+    mine = admit(ours, tokens(0, BLOCK_SIZE + 1))  # 1 cached, 2 partial
+    foreign = admit(theirs, tokens(0, 2 * BLOCK_SIZE + 1))  # 1, 2 cached, 3 partial
+    mixed = [foreign.blocks[2], mine.blocks[1], foreign.blocks[1], mine.blocks[0]]
+    ours.free_blocks([*mixed, foreign.blocks[0], ours.null_block, theirs.null_block])
+    assert free_ids(ours) == [2, 3, 4, 5, 1]
+    assert free_ids(theirs) == [3, 4, 5, 2, 1]
+    assert (ours.num_freed, ours.num_freed_lifo) == (2, 1)
+    assert (theirs.num_freed, theirs.num_freed_lifo) == (3, 1)
+    ours.check_consistency()
+    theirs.check_consistency()
+
+
+@pytest.mark.parametrize("queue_factory", [FreeBlockQueue, checked_queue], ids=["plain", "checked"])
+def test_a_failed_free_changes_no_pool(queue_factory: QueueFactory) -> None:
+    """A double free anywhere in a mixed free, or a block of no pool, leaves every pool intact."""
+    ours = BlockPool(6, queue_factory=queue_factory)
+    theirs = BlockPool(6, queue_factory=queue_factory)
+    mine = admit(ours, tokens(0, BLOCK_SIZE + 1))
+    foreign = admit(theirs, tokens(0, BLOCK_SIZE + 1))
+    theirs.free_blocks(foreign.blocks[1:])  # their block 2 is free already
+    before = (snapshot(ours), snapshot(theirs))
+    bad_batches: list[tuple[list[KVCacheBlock], type[Exception], str]] = [
+        ([*mine.blocks, *foreign.blocks], DoubleFreeError, "ref_cnt would drop to -1"),
+        ([*mine.blocks, foreign.blocks[0], foreign.blocks[0]], DoubleFreeError, "double free"),
+        ([*mine.blocks, KVCacheBlock(3)], BlockPoolError, "belongs to no pool"),
+        ([*mine.blocks, KVCacheBlock(3, pool=theirs)], BlockPoolError, "does not own it"),
+        ([*mine.blocks, KVCacheBlock(3, pool=ours)], BlockPoolError, "does not own it"),
+    ]
+    for batch, error, message in bad_batches:
+        with pytest.raises(error, match=message):
+            ours.free_blocks(iter(batch))
+        assert (snapshot(ours), snapshot(theirs)) == before
+    ours.check_consistency()
+    theirs.check_consistency()
+
+
+class FailingAppendQueue(FreeBlockQueue[KVCacheBlock]):
+    """A free queue whose append_n fails once armed: a fault after prepend_n succeeded."""
+
+    __slots__ = ("armed",)
+
+    armed: bool
+
+    def __init__(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Build the queue unarmed."""
+        self.armed = False
+        super().__init__(blocks)
+
+    def append_n(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Raise once armed and given blocks; otherwise append them."""
+        batch = list(blocks)
+        if self.armed and batch:
+            raise MemoryError("planted failure in append_n")
+        super().append_n(batch)
+
+
+def test_free_blocks_undoes_the_prepend_when_the_append_fails() -> None:
+    """If append_n fails after prepend_n linked the uncached blocks, both are undone."""
+    pool = BlockPool(6, queue_factory=FailingAppendQueue)
+    request = admit(pool, tokens(0, BLOCK_SIZE + 1))  # 1 cached (to the back), 2 uncached
+    queue = pool.free_block_queue
+    assert isinstance(queue, FailingAppendQueue)
+    queue.armed = True
+    before = snapshot(pool)
+    with pytest.raises(MemoryError):
+        finish(pool, request)
+    assert snapshot(pool) == before
+    pool.check_consistency()
+
+
+def test_free_blocks_undoes_our_pool_when_a_routed_pool_fails() -> None:
+    """If the pool a block is routed to fails, the blocks already freed here are taken back."""
+    ours = BlockPool(6)
+    theirs = BlockPool(6, queue_factory=FailingAppendQueue)
+    mine = admit(ours, tokens(0, BLOCK_SIZE + 1))
+    foreign = admit(theirs, tokens(0, BLOCK_SIZE + 1))
+    queue = theirs.free_block_queue
+    assert isinstance(queue, FailingAppendQueue)
+    queue.armed = True
+    before = (snapshot(ours), snapshot(theirs))
+    with pytest.raises(MemoryError):
+        ours.free_blocks([*reversed(mine.blocks), *reversed(foreign.blocks)])
+    assert (snapshot(ours), snapshot(theirs)) == before
+    ours.check_consistency()
+    theirs.check_consistency()
+
+
+def hash_of(block: KVCacheBlock) -> BlockHash | None:
+    """Read a block's key (a call, so that a type checker does not narrow it across calls)."""
+    return block.block_hash
+
+
+def test_the_block_has_vllms_shape() -> None:
+    """block_id, ref_cnt, keyword-only pool, a private hash behind block_hash, is_null."""
+    pool = BlockPool(3)
+    block = pool.blocks[1]
+    assert (block.block_id, block.ref_cnt, block.pool, block.is_null) == (1, 0, pool, False)
+    assert pool.null_block.is_null
+    with pytest.raises(TypeError):
+        KVCacheBlock(1, 0, pool)  # type: ignore[call-arg]  # pool is keyword-only, as in vLLM
+    block.set_block_hash(BlockHash(b"k"))
+    with pytest.raises(BlockPoolError, match="has a hash already"):
+        block.set_block_hash(BlockHash(b"other"))
+    assert hash_of(block) == b"k"
+    block.reset_hash()
+    assert hash_of(block) is None
+    # Identity only: equal fields are not equal blocks, and a block is hashable.
+    assert KVCacheBlock(1) != KVCacheBlock(1)
+    assert len({id(block): block, id(KVCacheBlock(1)): block}) == 2
+    assert hash(block) == hash(block)
+    assert not hasattr(block, "__dict__")  # slotted, like vLLM's
+    with pytest.raises(AttributeError):
+        block.block_hash = BlockHash(b"k")  # type: ignore[misc]  # read-only: set_block_hash
 
 
 # --- identity only ----------------------------------------------------------------------------
@@ -516,10 +696,13 @@ class ModelPool:
             self.cache.setdefault(key, []).append(block_id)
 
     def free_blocks(self, block_ids: list[int]) -> None:
+        front: list[int] = []
+        back: list[int] = []
         for block_id in block_ids:
             self.ref_cnt[block_id] -= 1
             if self.ref_cnt[block_id] == 0:
-                self.free.append(block_id)
+                (front if self.block_hash[block_id] is None else back).append(block_id)
+        self.free = front + self.free + back
 
     def reset_prefix_cache(self) -> bool:
         if len(self.free) != len(self.ref_cnt) - 1:
@@ -597,11 +780,6 @@ def run_random_workload(pool: BlockPool, model: ModelPool, rng: random.Random, s
             assert pool.reset_prefix_cache() == model.reset_prefix_cache()
         assert_same_state(pool, model)
     return blocks_hit
-
-
-def checked_queue(blocks: list[KVCacheBlock]) -> FreeBlockQueue[KVCacheBlock]:
-    """Build a check-mode queue that runs its full check before every operation."""
-    return CheckedFreeBlockQueue(blocks, full_check_every=1)
 
 
 @pytest.mark.parametrize("seed", range(6))

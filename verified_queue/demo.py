@@ -13,8 +13,11 @@ engine drives its KV cache:
 * every running request decodes one token per step, taking a new block when
   its last one is full; if none is free, the most recently admitted request
   is preempted (its blocks freed, its tokens kept for a later re-admission);
-* full blocks are cached as they fill, and a finished request frees its
-  blocks in reverse, so its unique tail is evicted before the shared prefix.
+* full blocks are cached as they fill, under SHA-256 keys by default
+  (``--key-function builtin`` for Python's ``hash``), and a finished request
+  frees its blocks in reverse, so its unique tail is evicted before the shared
+  prefix; a freed block with no cached hash (a partial last block) goes to the
+  front of the free queue instead, to be reused first (LIFO).
 
 In check mode (the default) the pool's free queue is a
 ``CheckedFreeBlockQueue``; ``--inject`` plants a realistic caller bug halfway
@@ -35,11 +38,12 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TextIO, TypeVar
+from typing import Final, SupportsIndex, TextIO, TypeVar
 
 from verified_queue.block import Block
 from verified_queue.checked import CheckedFreeBlockQueue
 from verified_queue.errors import QueueError
+from verified_queue.keys import KEY_FUNCTIONS, key_function_by_name
 from verified_queue.pool import (
     BlockHash,
     BlockPool,
@@ -99,6 +103,7 @@ class DemoConfig:
     inject: str | None = None
     max_running: int = 256
     arrivals_per_step: int = 4
+    key_function: str = "sha256"
 
 
 @dataclass
@@ -113,6 +118,7 @@ class DemoReport:
     blocks_allocated: int = 0
     blocks_hit: int = 0
     blocks_freed: int = 0
+    blocks_freed_lifo: int = 0
     blocks_evicted: int = 0
     preemptions: int = 0
     pool_calls: int = 0
@@ -173,7 +179,7 @@ class _CountingCheckedQueue(CheckedFreeBlockQueue[KVCacheBlock]):
         self.operations_checked += 1
         return super().popleft()
 
-    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+    def popleft_n(self, n: SupportsIndex) -> list[KVCacheBlock]:
         """Pop ``n`` blocks from the front, checked, counting the operation."""
         self.operations_checked += 1
         return super().popleft_n(n)
@@ -192,6 +198,11 @@ class _CountingCheckedQueue(CheckedFreeBlockQueue[KVCacheBlock]):
         """Append ``blocks``, checked, counting the operation."""
         self.operations_checked += 1
         super().append_n(blocks)
+
+    def prepend_n(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Prepend ``blocks``, checked, counting the operation."""
+        self.operations_checked += 1
+        super().prepend_n(blocks)
 
 
 def _queue_factory(checks: bool) -> tuple[QueueFactory, Callable[[], str]]:
@@ -223,6 +234,7 @@ class _Simulation:
         self.config = config
         self.out = out
         self.rng = random.Random(config.seed)
+        self.key_function = key_function_by_name(config.key_function)
         factory, self.describe_checks = _queue_factory(config.checks)
         self.pool = BlockPool(config.blocks, queue_factory=factory)
         # The pool of a second KV-cache group (say, a hybrid model's sliding-window
@@ -315,7 +327,7 @@ class _Simulation:
         report = self.report
         size = self.config.block_size
         tokens = request.token_ids
-        request.hashes = hash_request_tokens(tokens, size, known=request.hashes)
+        request.hashes = hash_request_tokens(tokens, size, self.key_function, known=request.hashes)
         # The last prompt token is always recomputed: it produces the first output's logits.
         report.pool_calls += 1
         hit = pool.find_longest_cache_hit(request.hashes[: (len(tokens) - 1) // size])
@@ -383,7 +395,7 @@ class _Simulation:
             self.next_unique_token += 1
             if len(tokens) % size == 0:
                 parent = request.hashes[-1] if request.hashes else None
-                request.hashes.append(hash_block_tokens(parent, tokens[-size:]))
+                request.hashes.append(hash_block_tokens(parent, tokens[-size:], self.key_function))
                 full = len(tokens) // size
                 report.pool_calls += 1
                 pool.cache_full_blocks(
@@ -482,6 +494,7 @@ def _validate(config: DemoConfig) -> None:
     """Raise ``ValueError`` for a configuration the simulation cannot serve."""
     if config.inject is not None and config.inject not in FAULTS:
         raise ValueError(f"unknown fault {config.inject!r}; expected one of {sorted(FAULTS)}")
+    key_function_by_name(config.key_function)  # a ValueError naming the choices
     if config.requests < 1:
         raise ValueError(f"--requests {config.requests}: at least one request is needed")
     if config.block_size < 1:
@@ -513,7 +526,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoReport:
     mode = "check mode on" if config.checks else "check mode off (--no-checks)"
     print(
         f"simulating {config.requests:,} requests on a pool of {config.blocks:,} blocks "
-        f"x {config.block_size} tokens, seed {config.seed}, {mode}",
+        f"x {config.block_size} tokens, seed {config.seed}, {config.key_function} keys, {mode}",
         file=out,
     )
     simulation = _Simulation(config, out)
@@ -531,6 +544,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoReport:
     pool = simulation.pool
     report.blocks_allocated = pool.num_allocated
     report.blocks_freed = pool.num_freed
+    report.blocks_freed_lifo = pool.num_freed_lifo
     report.blocks_evicted = pool.num_evicted
     report.blocks_hit = pool.num_touched
     report.queue_checks = simulation.describe_checks()
@@ -592,6 +606,11 @@ def _print_report(report: DemoReport, out: TextIO) -> None:
         ("blocks allocated", f"{report.blocks_allocated:,}"),
         ("blocks hit", f"{report.blocks_hit:,} (cached blocks touched at admission)"),
         ("blocks freed", f"{report.blocks_freed:,} (returned to the free queue)"),
+        (
+            "reused LIFO",
+            f"{report.blocks_freed_lifo:,} of the blocks freed had no cached hash, "
+            "so went to the front (reused first)",
+        ),
         ("blocks evicted", f"{report.blocks_evicted:,} (cached blocks reused for new tokens)"),
         ("preemptions", f"{report.preemptions:,}"),
         (
@@ -630,6 +649,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run on the production queue, without check mode (faster)",
     )
     parser.add_argument(
+        "--key-function",
+        choices=sorted(KEY_FUNCTIONS),
+        default=defaults.key_function,
+        help="prefix-cache key function: sha256 (the default; collision resistant) or builtin "
+        "(Python's hash: faster, for one trusted tenant only)",
+    )
+    parser.add_argument(
         "--inject",
         choices=sorted(FAULTS),
         help="plant a caller bug halfway through the run: "
@@ -649,6 +675,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         checks=args.checks,
         inject=args.inject,
+        key_function=args.key_function,
     )
     try:
         _validate(config)

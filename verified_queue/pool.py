@@ -2,70 +2,81 @@
 
 This is the job the queue exists for. An inference engine splits every
 request's KV cache into fixed-size blocks; a block that fills up is *cached*
-under a hash of its tokens chained to its parent's hash, so a later request
+under a key of its tokens chained to its parent's key, so a later request
 with the same prompt prefix finds it again instead of recomputing it. The free
 queue holds every block no request is using, in eviction order:
 
 * allocation takes blocks from the front (``popleft_n``); a block taken that
   still carries a cached hash loses it then (eviction is lazy);
-* a request's blocks are freed to the back in reverse order (``append_n``), so
-  the tail of a prefix chain, the part least likely to be shared, goes first;
+* a request's blocks are freed in reverse order, so the tail of a prefix chain,
+  the part least likely to be shared, is evicted first: freed blocks that carry
+  a cached hash go to the back (``append_n``, least recently used evicted
+  first), and blocks with no hash, which no request can hit, go to the *front*
+  (``prepend_n``), to be reused first (last in, first out, which keeps recently
+  touched GPU memory in use);
 * a prefix-cache hit on a free cached block takes it out of the middle of the
   queue (``remove``): that is why the queue needs O(1) removal.
 
-Pool invariants (cited as P1..P4; :meth:`BlockPool.check_consistency` checks
+Pool invariants (cited as P1..P5; :meth:`BlockPool.check_consistency` checks
 them in O(number of blocks)):
 
-P1. The null block (block 0) is never in the free queue and never cached; the
-    pool keeps no reference count for it, and ``touch``/``free_blocks`` skip it.
+P1. The null block (block 0) is the only block with ``is_null`` set; it is
+    never in the free queue and never cached; the pool keeps no reference count
+    for it, and ``touch``/``free_blocks`` skip it.
 P2. Every other block is in the free queue exactly when its ``ref_cnt`` is 0,
     and no ``ref_cnt`` is negative.
 P3. A block has a ``block_hash`` exactly when it is registered under that hash
     and its own ``block_id`` in ``cached_block_hash_to_block``.
 P4. Blocks are compared by identity only (``is``, ``block_id``): the pool never
     calls a block's ``__eq__`` or ``__hash__``.
+P5. Block ``i`` of the pool is ``blocks[i]``, has ``block_id == i`` and carries
+    the pool as its ``pool``; only the pool's own blocks are ever in its free
+    queue or its cache. ``free_blocks`` hands another pool's block to that pool,
+    as vLLM does (deferred frees may mix the pools of several KV-cache groups);
+    ``cache_full_blocks`` refuses one.
 
-Block hashes: a full block's key is :class:`BlockHash` ``(hash_value,
-token_ids)`` where ``hash_value = hash_function((parent_hash_value,
-token_ids))`` and the first block's parent is :data:`ROOT_HASH`. The default
-``hash_function`` is Python's built-in ``hash``: fast, and the same in every
-process because ints and tuples of ints are not salted by ``PYTHONHASHSEED``.
-The dictionary key keeps the block's own tokens, so two blocks are confused
-only if their parents' 64-bit hash values collide. That hash is not collision
-resistant: an engine serving mutually untrusted tenants should pass
-:func:`sha256_block_hash`, as vLLM's ``--prefix-caching-hash-algo sha256`` does.
+Prefix-cache keys come from :mod:`verified_queue.keys` (re-exported here): by
+default SHA-256 over a canonical encoding of the parent key, the block's tokens
+and its extra keys (LoRA, multimodal inputs, ``cache_salt``), the whole 32-byte
+digest. Two different prefixes share a key only through a SHA-256 collision;
+tenants who must not share even identical prompts pass different
+``cache_salt`` values. The built-in ``hash`` is available by name
+(``"builtin"``), faster, and safe only for one trusted tenant: collisions of it
+can be computed. What a hit itself reveals (a cached prefix makes a request
+faster, a timing side channel) is out of scope: keys do not hide it.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
 import verified_queue
 from verified_queue.block import Block
-from verified_queue.errors import EmptyQueueError, QueueError
+from verified_queue.errors import AlreadyInQueueError, EmptyQueueError, QueueError
+from verified_queue.keys import (
+    KEY_FUNCTIONS,
+    BlockHash,
+    KeyFunction,
+    hash_block_tokens,
+    hash_request_tokens,
+    key_function_by_name,
+)
 from verified_queue.queue import FreeBlockQueue
 
 __all__ = [
-    "ROOT_HASH",
+    "KEY_FUNCTIONS",
     "BlockHash",
     "BlockPool",
     "BlockPoolError",
-    "HashFunction",
+    "DoubleFreeError",
     "KVCacheBlock",
+    "KeyFunction",
     "QueueFactory",
     "hash_block_tokens",
     "hash_request_tokens",
-    "sha256_block_hash",
+    "key_function_by_name",
 ]
-
-#: The parent hash value of a request's first block. Fixed, so that runs are reproducible.
-ROOT_HASH = 0
-
-#: A function from ``(parent_hash_value, token_ids)`` to a block's hash value.
-HashFunction = Callable[[tuple[int, tuple[int, ...]]], int]
 
 #: Builds a pool's free queue from the blocks, front to back (the class itself, or a partial).
 QueueFactory = Callable[[list["KVCacheBlock"]], FreeBlockQueue["KVCacheBlock"]]
@@ -75,103 +86,131 @@ class BlockPoolError(QueueError, ValueError):
     """The pool was asked for something its invariants forbid (caching a block twice, say)."""
 
 
-class BlockHash(NamedTuple):
-    """The prefix-cache key of a full block: its chained hash value and its own tokens."""
+class DoubleFreeError(BlockPoolError, AlreadyInQueueError):
+    """``free_blocks`` was given a block more often than it is held (a double free)."""
 
-    hash_value: int
-    token_ids: tuple[int, ...]
 
-    def __repr__(self) -> str:
-        """Show the hash value and the number of tokens, not the tokens (diagnostics stay short).
-
-        Runtime complexity: O(1)
-
-        >>> BlockHash(255, (1, 2))
-        BlockHash(0xff, 2 tokens)
-        """
-        return f"BlockHash({self.hash_value:#x}, {len(self.token_ids)} tokens)"
+def _show_hash(block_hash: object) -> str:
+    """Show a key by its first bytes: enough to tell keys apart, short enough for diagnostics."""
+    if isinstance(block_hash, bytes):
+        return f"{block_hash[:6].hex()}..."
+    return repr(block_hash)
 
 
 # eq=False: a block's identity is its only equality. The generated field-wise
 # __eq__ vLLM's KVCacheBlock keeps would call block 3 of two pools equal, and
 # would make blocks unhashable.
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class KVCacheBlock(Block):
-    """One KV-cache block: its id, how many requests use it, and its cache key once full.
+    """One KV-cache block: its id, how many requests use it, its pool, and its cache key once full.
+
+    The fields follow vLLM's ``KVCacheBlock``: ``pool`` is keyword-only, the
+    key is kept privately and read through :attr:`block_hash`, and set or
+    cleared only with :meth:`set_block_hash` and :meth:`reset_hash`.
 
     >>> block = KVCacheBlock(3)
     >>> block
     KVCacheBlock(block_id=3, ref_cnt=0, block_hash=None)
     >>> block.prev_free_block is None  # detached until a queue links it
     True
+    >>> block.set_block_hash(BlockHash(bytes(range(32))))
+    >>> block
+    KVCacheBlock(block_id=3, ref_cnt=0, block_hash=000102030405...)
     """
 
     block_id: int
     ref_cnt: int = 0
-    block_hash: BlockHash | None = None
+    #: The pool the block belongs to; ``free_blocks`` hands the block back to it.
+    pool: BlockPool | None = field(default=None, kw_only=True)
+    _block_hash: BlockHash | None = field(default=None, init=False)
+    #: Set on the pool's null block only (P1).
+    is_null: bool = field(default=False, kw_only=True)
+
+    @property
+    def block_hash(self) -> BlockHash | None:
+        """The block's prefix-cache key, or ``None`` when it is not cached.
+
+        Runtime complexity: O(1)
+        """
+        return self._block_hash
+
+    def set_block_hash(self, block_hash: BlockHash) -> None:
+        """Record ``block_hash`` as the block's key; raise :class:`BlockPoolError` if it has one.
+
+        Runtime complexity: O(1)
+        """
+        if self._block_hash is not None:
+            raise BlockPoolError(f"{self!r} has a hash already")
+        self._block_hash = block_hash
+
+    def reset_hash(self) -> None:
+        """Forget the block's key (it was evicted from the cache).
+
+        Runtime complexity: O(1)
+        """
+        self._block_hash = None
+
+    def __repr__(self) -> str:
+        """Show id, count and the key's first bytes, never the neighbours or the pool.
+
+        Runtime complexity: O(1)
+        """
+        return (
+            f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, "
+            f"block_hash={_show_hash(self._block_hash)})"
+        )
 
 
-def sha256_block_hash(key: tuple[int, tuple[int, ...]]) -> int:
-    """Hash ``(parent_hash_value, token_ids)`` with SHA-256, keeping 64 bits.
+class _FreePlan:
+    """One pool's share of a ``free_blocks`` call, validated; applied and undone as a unit."""
 
-    Collision resistant, for engines shared by untrusted tenants; roughly ten
-    times slower than the built-in ``hash`` on a 16-token block.
+    __slots__ = ("blocks", "pool", "to_back", "to_front")
 
-    Runtime complexity: O(len(token_ids))
+    def __init__(
+        self,
+        pool: BlockPool,
+        blocks: list[KVCacheBlock],
+        to_front: list[KVCacheBlock],
+        to_back: list[KVCacheBlock],
+    ) -> None:
+        self.pool = pool
+        self.blocks = blocks  # every occurrence, each dropping one reference
+        self.to_front = to_front
+        self.to_back = to_back
 
-    >>> sha256_block_hash((ROOT_HASH, (1, 2))) == sha256_block_hash((ROOT_HASH, (1, 2)))
-    True
-    """
-    parent, token_ids = key
-    digest = hashlib.sha256(repr((parent, token_ids)).encode("ascii")).digest()
-    return int.from_bytes(digest[:8], "little", signed=True)
+    def apply(self) -> None:
+        """Drop the references and link the released blocks; all or nothing."""
+        pool = self.pool
+        queue = pool.free_block_queue
+        for block in self.blocks:
+            block.ref_cnt -= 1
+        try:
+            if self.to_front:
+                queue.prepend_n(self.to_front)
+            if self.to_back:
+                try:
+                    queue.append_n(self.to_back)
+                except BaseException:
+                    for block in self.to_front:
+                        queue.remove(block)
+                    raise
+        except BaseException:
+            for block in self.blocks:
+                block.ref_cnt += 1
+            raise
+        pool.num_freed += len(self.to_front) + len(self.to_back)
+        pool.num_freed_lifo += len(self.to_front)
 
-
-def hash_block_tokens(
-    parent: BlockHash | None, token_ids: Iterable[int], hash_function: HashFunction = hash
-) -> BlockHash:
-    """Return the cache key of a full block of ``token_ids`` that follows ``parent``.
-
-    ``parent`` is ``None`` for a request's first block.
-
-    Runtime complexity: O(len(token_ids))
-
-    >>> first = hash_block_tokens(None, [1, 2])
-    >>> first.token_ids
-    (1, 2)
-    >>> hash_block_tokens(first, [3, 4]) == hash_block_tokens(None, [3, 4])
-    False
-    """
-    tokens = tuple(token_ids)
-    parent_value = ROOT_HASH if parent is None else parent.hash_value
-    return BlockHash(hash_function((parent_value, tokens)), tokens)
-
-
-def hash_request_tokens(
-    token_ids: Sequence[int],
-    block_size: int,
-    hash_function: HashFunction = hash,
-    known: Sequence[BlockHash] = (),
-) -> list[BlockHash]:
-    """Return the chained cache keys of every full block of ``token_ids``.
-
-    The keys in ``known`` (those of the first ``len(known)`` blocks, computed
-    earlier) are reused, so a decoding request hashes each block only once.
-    A trailing partial block has no key.
-
-    Runtime complexity: O(len(token_ids) - len(known) * block_size)
-
-    >>> [key.token_ids for key in hash_request_tokens([1, 2, 3, 4, 5], block_size=2)]
-    [(1, 2), (3, 4)]
-    """
-    if block_size <= 0:
-        raise ValueError(f"block_size must be positive, not {block_size}")
-    hashes = list(known)
-    parent = hashes[-1] if hashes else None
-    for start in range(len(hashes) * block_size, len(token_ids) - block_size + 1, block_size):
-        parent = hash_block_tokens(parent, token_ids[start : start + block_size], hash_function)
-        hashes.append(parent)
-    return hashes
+    def undo(self) -> None:
+        """Take back an applied plan (a later pool of the same call failed)."""
+        pool = self.pool
+        queue = pool.free_block_queue
+        for block in (*self.to_front, *self.to_back):
+            queue.remove(block)
+        for block in self.blocks:
+            block.ref_cnt += 1
+        pool.num_freed -= len(self.to_front) + len(self.to_back)
+        pool.num_freed_lifo -= len(self.to_front)
 
 
 class BlockPool:
@@ -181,49 +220,63 @@ class BlockPool:
     them into the free queue in id order and takes block 0 out as the null
     block. ``queue_factory`` builds the free queue: pass
     ``CheckedFreeBlockQueue`` (check mode) to have every queue call verified.
+    With ``enable_caching=False`` nothing is cached and every freed block is
+    reused first (LIFO).
 
     The pool's methods follow vLLM's ``BlockPool``; the request-level logic
     (which prefix a request hits, when it needs a new block) belongs to the
-    caller, as in vLLM's ``KVCacheManager``.
+    caller, as in vLLM's ``KVCacheManager``. Keys come from
+    :func:`hash_request_tokens` (SHA-256 by default; see the module docstring
+    for what a key guarantees).
 
-    >>> pool = BlockPool(num_blocks=5)
+    >>> pool = BlockPool(num_blocks=6)
     >>> keys = hash_request_tokens([7, 7, 8, 8, 9], block_size=2)
     >>> first = pool.get_new_blocks(3)  # the request's 5 tokens need 3 blocks
     >>> [block.block_id for block in first]
     [1, 2, 3]
     >>> pool.cache_full_blocks(first, keys, num_cached_blocks=0, num_full_blocks=2)
-    >>> pool.free_blocks(reversed(first))  # the tail of the chain is evicted first
-    >>> [block.block_id for block in pool.free_block_queue]
-    [4, 3, 2, 1]
+    >>> pool.free_blocks(reversed(first))  # cached blocks to the back, tail first
+    >>> [block.block_id for block in pool.free_block_queue]  # block 3 has no hash: reused first
+    [3, 4, 5, 2, 1]
     >>> hit = pool.find_longest_cache_hit(keys)  # a second request, same prefix
     >>> pool.touch(hit)
     >>> [block.block_id for block in hit], [block.block_id for block in pool.free_block_queue]
-    ([1, 2], [4, 3])
+    ([1, 2], [3, 4, 5])
     """
 
     __slots__ = (
         "blocks",
         "cached_block_hash_to_block",
+        "enable_caching",
         "free_block_queue",
         "null_block",
         "num_allocated",
         "num_blocks",
         "num_evicted",
         "num_freed",
+        "num_freed_lifo",
         "num_touched",
     )
 
     num_blocks: int
+    enable_caching: bool
     blocks: list[KVCacheBlock]
     free_block_queue: FreeBlockQueue[KVCacheBlock]
     cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]]
     null_block: KVCacheBlock
     num_allocated: int
     num_freed: int
+    num_freed_lifo: int
     num_evicted: int
     num_touched: int
 
-    def __init__(self, num_blocks: int, *, queue_factory: QueueFactory | None = None) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        *,
+        enable_caching: bool = True,
+        queue_factory: QueueFactory | None = None,
+    ) -> None:
         """Create ``num_blocks`` blocks, all free in id order, and take block 0 as the null block.
 
         Without a ``queue_factory`` the free queue is ``verified_queue.FreeBlockQueue``:
@@ -238,16 +291,20 @@ class BlockPool:
             # Looked up now, on the package, where the check-mode switch rebinds the name.
             queue_factory = verified_queue.FreeBlockQueue
         self.num_blocks = num_blocks
-        self.blocks = [KVCacheBlock(block_id) for block_id in range(num_blocks)]
+        self.enable_caching = enable_caching
+        self.blocks = [KVCacheBlock(block_id, pool=self) for block_id in range(num_blocks)]  # P5
         self.free_block_queue = queue_factory(self.blocks)
         # Keyed by hash, then block id: the same tokens may be cached in several
         # blocks (two requests filled them at once), and vLLM does not merge
         # them so that a running request's block table never changes.
         self.cached_block_hash_to_block = {}
         self.null_block = self.free_block_queue.popleft()  # P1
-        # Counters for reports: blocks handed out, returned to the queue, stripped of a hash, hit.
+        self.null_block.is_null = True
+        # Counters for reports: blocks handed out, returned to the queue (of which to its
+        # front, for LIFO reuse), stripped of a hash, hit.
         self.num_allocated = 0
         self.num_freed = 0
+        self.num_freed_lifo = 0
         self.num_evicted = 0
         self.num_touched = 0
 
@@ -258,6 +315,23 @@ class BlockPool:
         """
         free = len(self.free_block_queue)
         return f"<BlockPool of {self.num_blocks} blocks, {free} free>"
+
+    def owns(self, block: KVCacheBlock) -> bool:
+        """Return whether ``block`` is one of this pool's blocks (by identity, P4, P5).
+
+        Runtime complexity: O(1)
+
+        >>> pool, other = BlockPool(3), BlockPool(3)
+        >>> pool.owns(pool.blocks[1]), pool.owns(other.blocks[1]), pool.owns(KVCacheBlock(1))
+        (True, False, False)
+        """
+        block_id = block.block_id
+        return (
+            type(block_id) is int
+            and 0 <= block_id < self.num_blocks
+            and self.blocks[block_id] is block
+            and block.pool is self
+        )
 
     def get_num_free_blocks(self) -> int:
         """Return how many blocks could be allocated now, cached ones included.
@@ -282,7 +356,7 @@ class BlockPool:
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
         """Return a block cached under ``block_hash`` (the oldest of several), or ``None``.
 
-        Runtime complexity: O(len(block_hash.token_ids)), for the dictionary lookup
+        Runtime complexity: O(1) for the dictionary lookup (a key's hash is cached)
         """
         cached = self.cached_block_hash_to_block.get(block_hash)
         if not cached:
@@ -294,7 +368,7 @@ class BlockPool:
 
         Touch the result before allocating anything, or the allocation may evict it.
 
-        Runtime complexity: O(total tokens of the blocks hit)
+        Runtime complexity: O(number of blocks hit)
         """
         hit: list[KVCacheBlock] = []
         cache = self.cached_block_hash_to_block
@@ -323,8 +397,9 @@ class BlockPool:
             raise EmptyQueueError(f"cannot get {num_blocks} blocks from a pool with {free} free")
         blocks = self.free_block_queue.popleft_n(num_blocks)
         for block in blocks:
-            if block.block_hash is not None:
-                self._evict_cached_hash(block, block.block_hash)
+            block_hash = block.block_hash
+            if block_hash is not None:
+                self._evict_cached_hash(block, block_hash)
             block.ref_cnt = 1  # P2: it was 0 while the block was free
         self.num_allocated += num_blocks
         return blocks
@@ -336,7 +411,7 @@ class BlockPool:
             raise BlockPoolError(f"{block!r} carries a hash it is not cached under (P3 broken)")
         if not cached:
             del self.cached_block_hash_to_block[block_hash]
-        block.block_hash = None
+        block.reset_hash()
         self.num_evicted += 1
 
     def cache_full_blocks(
@@ -351,23 +426,34 @@ class BlockPool:
         ``blocks`` is a request's block table and ``block_hashes`` the keys of
         its full blocks (:func:`hash_request_tokens`); the first
         ``num_cached_blocks`` are cached already. Raises
-        :class:`BlockPoolError`, caching nothing, if a key is missing or a
-        block to cache already has a hash.
+        :class:`BlockPoolError`, caching nothing, if a key is missing, or a
+        block to cache already has a hash, appears twice, is the null block
+        (P1) or belongs to another pool (P5). With caching off it does nothing.
 
-        Runtime complexity: O(total tokens of the newly full blocks)
+        Runtime complexity: O(num_full_blocks - num_cached_blocks)
         """
+        if not self.enable_caching:
+            return
         new_blocks = blocks[num_cached_blocks:num_full_blocks]
         new_hashes = block_hashes[num_cached_blocks:num_full_blocks]
         if len(new_hashes) != len(new_blocks):
             raise BlockPoolError(
                 f"{len(new_blocks)} blocks to cache but {len(new_hashes)} block hashes"
             )
+        seen: set[int] = set()  # ids, never blocks (P4)
         for block in new_blocks:
+            if block.is_null:
+                raise BlockPoolError(f"the null block {block!r} is never cached (P1)")
+            if not self.owns(block):
+                raise BlockPoolError(f"{block!r} is not a block of this pool (P5)")
             if block.block_hash is not None:
                 raise BlockPoolError(f"{block!r} is cached already")
+            if id(block) in seen:
+                raise BlockPoolError(f"{block!r} appears twice among the blocks to cache")
+            seen.add(id(block))
         cache = self.cached_block_hash_to_block
         for block, block_hash in zip(new_blocks, new_hashes, strict=True):
-            block.block_hash = block_hash  # P3: set and registered together
+            block.set_block_hash(block_hash)  # P3: set and registered together
             cached = cache.get(block_hash)
             if cached is None:
                 cache[block_hash] = {block.block_id: block}
@@ -379,14 +465,15 @@ class BlockPool:
 
         A block with ``ref_cnt`` 0 sits in the free queue as an eviction
         candidate; it is removed from there, from the middle, in O(1). If the
-        queue rejects a block, the blocks before it stay touched.
+        queue rejects a block, the blocks before it stay touched. Like vLLM's,
+        it does not look at a block's pool: a block of another pool reaches
+        that pool's queue, which check mode reports.
 
         Runtime complexity: O(len(blocks))
         """
         queue_remove = self.free_block_queue.remove
-        null_block = self.null_block
         for block in blocks:
-            if block is null_block:
+            if block.is_null:
                 continue  # P1
             if block.ref_cnt == 0:
                 queue_remove(block)  # P2: a ref-0 block is in the queue
@@ -396,35 +483,95 @@ class BlockPool:
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Drop a reference on each block; those no request uses any more join the free queue.
 
-        Pass a request's blocks *reversed*: blocks join the back in the order
-        given, and the front is evicted first, so the tail of a prefix chain
-        (shared by the fewest requests) should be evicted before its head.
+        Blocks are given in eviction order, first evicted first: pass a
+        request's blocks *reversed*, so that the tail of its prefix chain
+        (shared by the fewest requests) goes before its head. Released blocks
+        that carry a cached hash are appended to the back (``append_n``: the
+        least recently used is evicted first); those without one (or all of
+        them, with caching off) are prepended to the front (``prepend_n``) in
+        the order given, to be reused first (LIFO). The null block is skipped
+        (P1), and a block of another pool is freed in that pool (P5), as vLLM
+        does for deferred frees that mix the pools of several KV-cache groups.
 
-        A block freed more often than it was taken is a double free. Its count
-        would drop below zero while it is still in the free queue (P2), so it is
-        handed to the queue again and the queue rejects it with
-        :class:`AlreadyInQueueError`; every count is then restored and nothing
-        is freed.
+        All or nothing, across this pool and the pools blocks are routed to:
+        every block is checked before anything changes. A block freed more
+        often than it is held (a double free: it is in the free queue already,
+        or listed more times than its count) raises :class:`DoubleFreeError`
+        (an ``AlreadyInQueueError``); a block that belongs to no pool, or to a
+        pool that does not own it, raises :class:`BlockPoolError`; either way
+        no count and no queue has changed.
 
         Runtime complexity: O(len(ordered_blocks))
+
+        >>> pool = BlockPool(num_blocks=5)
+        >>> blocks = pool.get_new_blocks(4)
+        >>> pool.free_blocks(blocks[:2])
+        >>> [block.block_id for block in pool.free_block_queue]  # no hash: to the front, LIFO
+        [1, 2]
+        >>> pool.free_blocks(blocks[:1])
+        Traceback (most recent call last):
+          ...
+        verified_queue.pool.DoubleFreeError: free_blocks(...): ... to -1 (a double free?)
         """
-        blocks = ordered_blocks if isinstance(ordered_blocks, list) else list(ordered_blocks)
-        null_block = self.null_block
-        released: list[KVCacheBlock] = []
+        blocks = ordered_blocks if type(ordered_blocks) is list else list(ordered_blocks)
+        ours: list[KVCacheBlock] = []
+        others: dict[int, tuple[BlockPool, list[KVCacheBlock]]] = {}  # by id(pool)
         for block in blocks:
-            if block is null_block:
-                continue  # P1
-            block.ref_cnt -= 1
-            if block.ref_cnt <= 0:
-                released.append(block)
+            if block.is_null:
+                continue  # P1: never pooled, its count is not kept
+            owner = block.pool
+            if owner is self:
+                ours.append(block)
+            elif isinstance(owner, BlockPool):
+                others.setdefault(id(owner), (owner, []))[1].append(block)
+            else:
+                raise BlockPoolError(
+                    f"free_blocks({block!r}): the block belongs to no pool, so it cannot be freed"
+                )
+        plans = [self._plan_free(ours)]
+        plans.extend(owner._plan_free(routed) for owner, routed in others.values())
+        applied: list[_FreePlan] = []
         try:
-            self.free_block_queue.append_n(released)
+            for plan in plans:
+                plan.apply()
+                applied.append(plan)
         except BaseException:
-            for block in blocks:
-                if block is not null_block:
-                    block.ref_cnt += 1
+            for plan in reversed(applied):
+                plan.undo()
             raise
-        self.num_freed += len(released)
+
+    def _plan_free(self, blocks: list[KVCacheBlock]) -> _FreePlan:
+        """Check that ``blocks`` (all claiming this pool) can be freed, changing nothing.
+
+        Returns which blocks go to the front and which to the back.
+        """
+        to_front: list[KVCacheBlock] = []
+        to_back: list[KVCacheBlock] = []
+        # A block listed several times drops several references: count them by id (P4).
+        left: dict[int, int] = {}
+        caching = self.enable_caching
+        for block in blocks:
+            if not self.owns(block):
+                raise BlockPoolError(
+                    f"free_blocks({block!r}): the block names a pool that does not own it (P5)"
+                )
+            count = left.get(id(block), block.ref_cnt) - 1
+            if count < 0:
+                raise DoubleFreeError(
+                    f"free_blocks({block!r}): freed more often than it is held, "
+                    f"its ref_cnt would drop to {count} (a double free?)"
+                )
+            left[id(block)] = count
+            if count == 0:
+                if block.prev_free_block is not None or block.next_free_block is not None:
+                    raise BlockPoolError(
+                        f"free_blocks({block!r}): held, yet linked in a free queue (P2 broken)"
+                    )
+                if caching and block.block_hash is not None:
+                    to_back.append(block)
+                else:
+                    to_front.append(block)
+        return _FreePlan(self, blocks, to_front, to_back)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash, if no block is in use; return whether it did.
@@ -446,11 +593,11 @@ class BlockPool:
             return False
         self.cached_block_hash_to_block = {}
         for block in self.blocks:
-            block.block_hash = None
+            block.reset_hash()
         return True
 
     def check_consistency(self) -> None:
-        """Check P1..P3 and the queue's count; raise :class:`BlockPoolError` naming the first break.
+        """Check P1..P3, P5 and the queue's count; raise :class:`BlockPoolError` at the first break.
 
         For tests and audits, not the hot path: it walks every block and the
         whole free queue, and uses a set of ids (never of blocks, P4).
@@ -470,14 +617,23 @@ class BlockPool:
                 f"{len(self.free_block_queue)}"
             )
         null_block = self.null_block
-        if id(null_block) in free_ids or null_block.block_hash is not None:
-            raise BlockPoolError(f"the null block {null_block!r} is free or cached (P1)")
+        if (
+            id(null_block) in free_ids
+            or null_block.block_hash is not None
+            or not null_block.is_null
+            or null_block is not self.blocks[0]
+        ):
+            raise BlockPoolError(f"the null block {null_block!r} is free, cached or unmarked (P1)")
         owned = {id(block) for block in self.blocks}
         if not free_ids <= owned:
-            raise BlockPoolError("the free queue holds a block this pool does not own")
-        for block in self.blocks:
+            raise BlockPoolError("the free queue holds a block this pool does not own (P5)")
+        for index, block in enumerate(self.blocks):
+            if block.block_id != index or block.pool is not self:
+                raise BlockPoolError(f"{block!r} at index {index} does not name this pool (P5)")
             if block is null_block:
                 continue
+            if block.is_null:
+                raise BlockPoolError(f"{block!r} is marked null but is not the null block (P1)")
             if block.ref_cnt < 0 or (block.ref_cnt == 0) != (id(block) in free_ids):
                 where = "in" if id(block) in free_ids else "out of"
                 raise BlockPoolError(f"{block!r} is {where} the free queue (P2)")
@@ -488,7 +644,11 @@ class BlockPool:
                 raise BlockPoolError(f"{block!r} is not cached under its hash (P3)")
         for block_hash, cached in self.cached_block_hash_to_block.items():
             if not cached:
-                raise BlockPoolError(f"an empty entry is cached under {block_hash!r} (P3)")
+                raise BlockPoolError(
+                    f"an empty entry is cached under {_show_hash(block_hash)} (P3)"
+                )
             for block_id, block in cached.items():
                 if block.block_id != block_id or block.block_hash != block_hash:
                     raise BlockPoolError(f"{block!r} is cached under a hash it lacks (P3)")
+                if id(block) not in owned:
+                    raise BlockPoolError(f"{block!r} is cached but not a block of this pool (P5)")
