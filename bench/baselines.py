@@ -12,7 +12,11 @@
   ``id(block)``, the C doubly linked list a user might pick instead.
 
 Each baseline uses the block type of its own design, with the fields of
-vLLM's ``KVCacheBlock``.
+vLLM's ``KVCacheBlock``. The first two have no ``prepend_n`` (vLLM added it
+later), so the ``prepend`` workload leaves them out. The reference row is not
+here: it is vLLM 0.33.0's own ``FreeKVCacheBlockQueue`` and ``KVCacheBlock``,
+executed from the vllm wheel when one is available (see
+:func:`bench.subjects.vllm_release_subject`).
 """
 
 from __future__ import annotations
@@ -265,6 +269,14 @@ class OrderedDictQueue:
         entries = self._blocks
         for block in blocks:
             entries[id(block)] = block
+
+    def prepend_n(self, blocks: Iterable[object]) -> None:
+        """Insert the blocks as the oldest entries, keeping their order."""
+        entries = self._blocks
+        move_to_end = entries.move_to_end
+        for block in reversed(list(blocks)):
+            entries[id(block)] = block
+            move_to_end(id(block), last=False)
 
     def get_all_free_blocks(self) -> list[object]:
         """Return the free blocks front first."""

@@ -33,13 +33,16 @@ def draw(
     for axis in axes[panels:]:
         axis.set_visible(False)
     for axis, result in zip(axes, stepped, strict=False):
-        for marker, subject in zip(MARKERS, subjects, strict=False):
+        for index, (marker, subject) in enumerate(zip(MARKERS, subjects, strict=False)):
+            if subject.name not in result.medians:
+                continue  # a workload may leave an implementation out (prepend)
             medians = result.medians[subject.name]
             sizes = sorted(medians)
             axis.plot(
                 sizes,
                 [medians[n] * 1e6 for n in sizes],
                 marker=marker,
+                color=f"C{index}",  # the same colour in every panel
                 label=subject.name,
             )
         axis.set_xscale("log")

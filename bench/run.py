@@ -1,8 +1,10 @@
 """``python -m verified_queue bench``: time the queue against the designs a user would copy.
 
 Prints one Markdown table per workload: the median time of each
-implementation for each n and, in brackets, its ratio to the post-change
-vLLM design (below 1.00x is faster), then the memory per block, the cost of
+implementation for each n and, in brackets, its ratio to vLLM 0.33.0's own
+queue and block class, executed from the vllm wheel (below 1.00x is faster;
+the post-change design of bench/baselines.py is the reference when no wheel
+is found), then the memory per block, the cost of
 the check-mode switch when it is off, and the project's targets with the
 ratios this run measured. ``--plot FILE.png`` draws the same medians (needs
 the ``plot`` extra).
@@ -19,7 +21,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import verified_queue
-from bench.subjects import REFERENCE, Subject, all_subjects, switch_subjects
+from bench.subjects import (
+    POST_CHANGE,
+    VLLM_RELEASE,
+    Subject,
+    all_subjects,
+    reference_name,
+    switch_subjects,
+)
 from bench.workloads import (
     Settings,
     WorkloadResult,
@@ -31,7 +40,7 @@ from bench.workloads import (
 
 __all__ = ["add_arguments", "format_table", "main", "run", "targets"]
 
-WORKLOADS = ("single", "batch", "mixed", "build")
+WORKLOADS = ("single", "batch", "prepend", "mixed", "build")
 
 QUICK = Settings(repetitions=5, ops_per_sample=4_000)
 FULL = Settings(repetitions=11, ops_per_sample=20_000)
@@ -87,12 +96,17 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def format_table(
-    result: WorkloadResult, subjects: Sequence[Subject], reference_name: str = REFERENCE
-) -> str:
-    """Return ``result`` as a Markdown table of medians and ratios to the reference row."""
-    reference = result.medians[reference_name]
-    sizes = list(reference)
+def format_table(result: WorkloadResult, subjects: Sequence[Subject], reference: str) -> str:
+    """Return ``result`` as a Markdown table of medians and ratios to the ``reference`` row.
+
+    Rows the workload did not measure (no ``prepend_n``) are left out; without
+    the reference row, the first measured row is the reference.
+    """
+    subjects = [subject for subject in subjects if subject.name in result.medians]
+    if reference not in result.medians:
+        reference = subjects[0].name
+    base = result.medians[reference]
+    sizes = list(base)
     if result.name == "build":
         header = f"| {result.name} ({sizes[0]:,} blocks) | ms | ratio |"
         rule = "|---|---:|---:|"
@@ -104,7 +118,7 @@ def format_table(
         medians = result.medians[subject.name]
         cells = []
         for n in sizes:
-            ratio = medians[n] / reference[n]
+            ratio = medians[n] / base[n]
             if result.name == "build":
                 cells += [f"{medians[n] * 1e3:,.1f}", f"{ratio:.2f}x"]
             else:
@@ -129,7 +143,7 @@ def targets(results: Sequence[WorkloadResult], production: str) -> list[tuple[st
     worst: tuple[float, str] | None = None
     for result in results:
         for n in result.medians.get(production, {}):
-            ratio = _ratio(result, production, REFERENCE, n)
+            ratio = _ratio(result, production, POST_CHANGE, n)
             if ratio is not None and (worst is None or ratio > worst[0]):
                 worst = (ratio, f"{result.name}, n={n}")
     if worst is not None:
@@ -157,7 +171,7 @@ def targets(results: Sequence[WorkloadResult], production: str) -> list[tuple[st
             )
     if compiled and single is not None and batch is not None:
         for result, floor in ((single, 3.0), (batch, 1.5)):
-            ratio = _ratio(result, REFERENCE, production, big)
+            ratio = _ratio(result, POST_CHANGE, production, big)
             if ratio is not None:
                 rows.append(
                     (
@@ -185,13 +199,13 @@ def targets(results: Sequence[WorkloadResult], production: str) -> list[tuple[st
     return rows
 
 
-def _describe(settings: Settings) -> str:
+def _describe(settings: Settings, reference: str) -> str:
     build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
     return (
         f"verified_queue {verified_queue.__version__} ({build}), "
         f"Python {platform.python_version()} on {platform.machine()}; "
         f"queue of {settings.queue_size:,} blocks, median of {settings.repetitions} "
-        f"interleaved repetitions, GC off while timing; ratios are to the {REFERENCE} design"
+        f"interleaved repetitions, GC off while timing; ratios are to the {reference} row"
     )
 
 
@@ -203,7 +217,7 @@ def _switch_check(settings: Settings) -> WorkloadResult | None:
     subjects = switch_subjects()
     result = run_stepped("single", subjects, replace(settings, sizes=(10, 1000)))
     print()
-    print(format_table(result, subjects, reference_name=subjects[0].name))
+    print(format_table(result, subjects, reference=subjects[0].name))
     same = verified_queue.FreeBlockQueue is verified_queue.queue.FreeBlockQueue
     print(f"\nswitch off: verified_queue.FreeBlockQueue is the production class itself: {same}")
     return result
@@ -214,8 +228,14 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     subjects = all_subjects(check_mode=not args.no_check_mode)
     production = subjects[0].name
+    reference = reference_name(subjects)
     chosen = args.workload or list(WORKLOADS)
-    print(_describe(settings))
+    print(_describe(settings, reference))
+    if reference != VLLM_RELEASE:
+        print(
+            f"({VLLM_RELEASE} is not measured: no vllm wheel found; `tox -e vllm` caches one "
+            "in .tox/vllm-wheel, or set VERIFIED_QUEUE_VLLM_WHEEL)"
+        )
     results: list[WorkloadResult] = []
     for name in WORKLOADS:
         if name not in chosen:
@@ -228,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
             result = run_stepped(name, subjects, settings)
         results.append(result)
         print()
-        print(format_table(result, subjects), flush=True)
+        print(format_table(result, subjects, reference), flush=True)
     memory: dict[str, float] = {}
     switch: WorkloadResult | None = None
     if args.workload is None:
@@ -245,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {goal} | {measured} | {'yes' if met else 'NO'} |")
     if args.json is not None:
         payload = {
-            "description": _describe(settings),
+            "description": _describe(settings, reference),
             "compiled": verified_queue.COMPILED,
             "workloads": {r.name: {"unit": r.unit, "samples": r.samples} for r in results},
             "bytes_per_block": memory,
@@ -255,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from bench.plot import draw  # noqa: PLC0415 -- matplotlib is an optional extra
 
-        draw(results, subjects, args.plot, title=_describe(settings))
+        draw(results, subjects, args.plot, title=_describe(settings, reference))
         print(f"\nplot written to {args.plot}")
     return 0
 

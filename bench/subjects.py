@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 import verified_queue
 from bench.baselines import (
@@ -20,18 +23,49 @@ from verified_queue import queue as queue_module
 from verified_queue.block import Block
 
 __all__ = [
-    "REFERENCE",
+    "POST_CHANGE",
+    "VLLM_RELEASE",
     "BenchBlock",
     "QueueLike",
     "Subject",
     "all_subjects",
     "detach_all",
     "new_blocks",
+    "reference_name",
     "switch_subjects",
+    "vllm_release_subject",
 ]
 
-#: The row every ratio is taken against: vLLM's current design.
-REFERENCE = "post-change vLLM"
+
+def _checkout_module(name: str, relative_path: str) -> ModuleType:
+    """Import a file of this checkout by its path, once.
+
+    ``python -m verified_queue bench`` loads bench/ from the checkout without
+    putting the checkout on ``sys.path``, so ``import specs`` could find no
+    module, or another project's.
+    """
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    path = Path(__file__).resolve().parent.parent / relative_path
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look the module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from specs import vllm_wheel
+else:
+    vllm_wheel = _checkout_module("_verified_queue_bench_vllm_wheel", "specs/vllm_wheel.py")
+
+#: vLLM's own queue and block class as the release ships them, executed from its wheel.
+VLLM_RELEASE = f"vLLM {vllm_wheel.VLLM_VERSION}"
+#: The re-typed post-change design of bench/baselines.py, the reference when no wheel is at hand.
+POST_CHANGE = "post-change vLLM"
 
 
 @dataclass(slots=True)
@@ -146,12 +180,36 @@ def all_subjects(*, check_mode: bool = True) -> list[Subject]:
             subjects.append(
                 Subject("check mode, default period", BenchBlock, _new_checked_queue(checked, None))
             )
+    release = vllm_release_subject()
+    if release is not None:
+        subjects.append(release)
     subjects += [
-        Subject(REFERENCE, PostChangeBlock, PostChangeQueue),
+        Subject(POST_CHANGE, PostChangeBlock, PostChangeQueue),
         Subject("pre-change vLLM", PreChangeBlock, PreChangeQueue),
         Subject("OrderedDict", PostChangeBlock, OrderedDictQueue),
     ]
     return subjects
+
+
+def vllm_release_subject() -> Subject | None:
+    """Return vLLM 0.33.0's own queue with its own block class, or ``None`` without a wheel.
+
+    The wheel is the one ``VERIFIED_QUEUE_VLLM_WHEEL`` names, else the one
+    ``tox -e vllm`` cached in ``.tox/vllm-wheel``; nothing is downloaded here.
+    """
+    wheel = vllm_wheel.wheel_for_benchmark()
+    if wheel is None:
+        return None
+    vllm = vllm_wheel.load_vllm(wheel)
+    return Subject(
+        VLLM_RELEASE, vllm.KVCacheBlock, _new_production_queue(vllm.FreeKVCacheBlockQueue)
+    )
+
+
+def reference_name(subjects: Iterable[Subject]) -> str:
+    """Return the row ratios are taken against: vLLM 0.33.0 if measured, else post-change."""
+    names = {subject.name for subject in subjects}
+    return VLLM_RELEASE if VLLM_RELEASE in names else POST_CHANGE
 
 
 def switch_subjects() -> list[Subject]:

@@ -1,4 +1,4 @@
-"""The four workloads and the timing method.
+"""The five workloads and the timing method.
 
 Method: every implementation in one process, interleaved (each repetition
 times every implementation once, in an order rotated per repetition), the
@@ -22,10 +22,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, cast
 
 from bench.baselines import PostChangeBlock, PreChangeBlock
-from bench.subjects import BenchBlock, QueueLike, Subject, detach_all, new_blocks
+from bench.subjects import (
+    VLLM_RELEASE,
+    BenchBlock,
+    QueueLike,
+    Subject,
+    detach_all,
+    new_blocks,
+    vllm_release_subject,
+)
 from verified_queue.block import Block
 
 __all__ = [
@@ -41,6 +49,7 @@ __all__ = [
     "run_mixed",
     "run_stepped",
     "time_batch",
+    "time_prepend",
     "time_single",
 ]
 
@@ -139,21 +148,43 @@ def time_batch(queue: QueueLike, n: int, loops: int) -> float:
     return (time.perf_counter() - start) / loops
 
 
+class _PrependQueue(QueueLike, Protocol):
+    """A queue that can also link a batch at the front (vLLM 0.33.0 and later)."""
+
+    def prepend_n(self, blocks: list[Any]) -> None:
+        """Link ``blocks`` at the front, in order."""
+        ...
+
+
+def time_prepend(queue: QueueLike, n: int, loops: int) -> float:
+    """popleft_n(n), then prepend_n of the result: blocks freed without a hash go first (LIFO)."""
+    popleft_n = queue.popleft_n
+    prepend_n = cast("_PrependQueue", queue).prepend_n
+    start = time.perf_counter()
+    for _ in range(loops):
+        prepend_n(popleft_n(n))
+    return (time.perf_counter() - start) / loops
+
+
 STEPPED: dict[str, Callable[[QueueLike, int, int], float]] = {
     "single": time_single,
     "batch": time_batch,
+    "prepend": time_prepend,
 }
 
 
 def run_stepped(name: str, subjects: Sequence[Subject], settings: Settings) -> WorkloadResult:
-    """Time the ``single`` or ``batch`` workload on one queue per implementation.
+    """Time the ``single``, ``batch`` or ``prepend`` workload on one queue per implementation.
 
-    Both workloads leave the queue the same size, so one queue serves every
-    repetition and every n.
+    Each workload leaves the queue the same size, so one queue serves every
+    repetition and every n. ``prepend`` measures only the implementations
+    that have ``prepend_n``.
     """
     timer = STEPPED[name]
     result = WorkloadResult(name, "µs per step")
     queues = {s.name: s.new_queue(new_blocks(s, settings.queue_size)) for s in subjects}
+    if name == "prepend":
+        subjects = [s for s in subjects if hasattr(queues[s.name], "prepend_n")]
     with collector_off():
         for n in settings.sizes:
             loops = settings.loops(n)
@@ -287,6 +318,9 @@ def block_memory(count: int = 100_000) -> dict[str, float]:
         "vLLM-like slotted dataclass": PostChangeBlock,
         "pre-change @dataclass (instance __dict__)": PreChangeBlock,
     }
+    release = vllm_release_subject()
+    if release is not None:
+        kinds[f"{VLLM_RELEASE}'s KVCacheBlock (slotted dataclass)"] = release.new_block
     sizes: dict[str, float] = {}
     for label, make in kinds.items():
         blocks: list[Any] = [None] * count
