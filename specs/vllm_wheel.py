@@ -31,6 +31,7 @@ directory holding one), which ``tox -e vllm`` sets after
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import logging
 import os
@@ -45,6 +46,7 @@ from typing import Any
 
 __all__ = [
     "BLOCK_POOL",
+    "DROP_IN_EDITS",
     "KV_CACHE_UTILS",
     "LINK_FIELDS",
     "TOX_WHEEL_DIR",
@@ -53,8 +55,11 @@ __all__ = [
     "VllmCode",
     "WheelNotFoundError",
     "configured_wheel",
+    "drop_in_diff",
     "find_wheel",
+    "load_patched",
     "load_vllm",
+    "patched_source",
     "read_member",
     "wheel_for_benchmark",
 ]
@@ -314,20 +319,121 @@ def load_vllm(
     ``sys.modules``), so two shapes can be loaded side by side.
     """
     kv_source = read_member(wheel, KV_CACHE_UTILS)
-    pool_source = read_member(wheel, BLOCK_POOL)
     kv_code: str | ast.Module = kv_source
     extra: dict[str, Any] = {}
     if block_base is not None:
         kv_code = ast.fix_missing_locations(as_block_subclass(ast.parse(kv_source)))
         extra[_BASE_NAME] = block_base
-    stubs = _stub_modules()
-    with _stubbed(stubs):
+    code = _execute_both(wheel, kv_code, read_member(wheel, BLOCK_POOL), extra)
+    if free_queue is not None:
+        vars(code.block_pool)["FreeKVCacheBlockQueue"] = free_queue
+    return code
+
+
+def _execute_both(
+    wheel: Path, kv_code: str | ast.Module, pool_code: str, extra: dict[str, Any]
+) -> VllmCode:
+    """Execute the two files, in order, with vLLM's heavy imports stubbed."""
+    with _stubbed(_stub_modules()):
         kv_cache_utils = _execute(
             kv_code, "vllm.v1.core.kv_cache_utils", f"{wheel.name}/{KV_CACHE_UTILS}", extra
         )
         block_pool = _execute(
-            pool_source, "vllm.v1.core.block_pool", f"{wheel.name}/{BLOCK_POOL}", {}
+            pool_code, "vllm.v1.core.block_pool", f"{wheel.name}/{BLOCK_POOL}", {}
         )
-    if free_queue is not None:
-        block_pool.FreeKVCacheBlockQueue = free_queue
     return VllmCode(kv_cache_utils, block_pool)
+
+
+# ---------------------------------------------------------------------------
+# The change to vLLM's own files, as a user would make it (README: "Using it in vLLM").
+
+#: ``(file, old text, new text)``: each old text occurs exactly once in vLLM 0.33.0's file.
+#: block_pool.py's edits are all either build needs; kv_cache_utils.py's, the compiled build.
+DROP_IN_EDITS: tuple[tuple[str, str, str], ...] = (
+    (
+        BLOCK_POOL,
+        "from typing import Any\n\nfrom vllm.distributed",
+        "from typing import Any\n\n"
+        "from verified_queue import FreeBlockQueue\n\n"
+        "from vllm.distributed",
+    ),
+    (
+        BLOCK_POOL,
+        "    ExternalBlockHash,\n    FreeKVCacheBlockQueue,\n",
+        "    ExternalBlockHash,\n",
+    ),
+    (
+        BLOCK_POOL,
+        "self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)",
+        "self.free_block_queue = FreeBlockQueue(self.blocks)",
+    ),
+    (
+        KV_CACHE_UTILS,
+        "    overload,\n)\n\nfrom vllm import envs",
+        "    overload,\n)\n\nfrom verified_queue import Block\n\nfrom vllm import envs",
+    ),
+    (KV_CACHE_UTILS, "class KVCacheBlock:", "class KVCacheBlock(Block):"),
+    (
+        KV_CACHE_UTILS,
+        "\n    # Used to construct a doubly linked list for free blocks.\n"
+        "    # These two attributes should only be manipulated by FreeKVCacheBlockQueue.\n"
+        '    prev_free_block: "KVCacheBlock | None" = None\n'
+        '    next_free_block: "KVCacheBlock | None" = None\n',
+        "",
+    ),
+)
+
+
+def patched_source(wheel: Path, member: str) -> str:
+    """Return ``member`` of the wheel with :data:`DROP_IN_EDITS` applied.
+
+    Raises ``LookupError`` if an edit's old text does not occur exactly once,
+    so a vLLM release that moved those lines fails loudly.
+    """
+    text = read_member(wheel, member)
+    for file, old, new in DROP_IN_EDITS:
+        if file != member:
+            continue
+        if text.count(old) != 1:
+            raise LookupError(f"{member}: expected exactly one {old!r}")
+        text = text.replace(old, new)
+    return text
+
+
+def drop_in_diff(wheel: Path, member: str) -> str:
+    """Return the unified diff :data:`DROP_IN_EDITS` make to ``member``, two lines of context."""
+    before = read_member(wheel, member).splitlines(keepends=True)
+    after = patched_source(wheel, member).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, f"a/{member}", f"b/{member}", n=2))
+
+
+@functools.cache
+def load_patched(wheel: Path, *, compiled_form: bool) -> VllmCode:
+    """Execute vLLM's two files with :data:`DROP_IN_EDITS` applied, as a user would ship them.
+
+    Without ``compiled_form``, only ``block_pool.py`` is edited (what the
+    pure-Python build needs); with it, ``kv_cache_utils.py`` too. The edited
+    files import ``verified_queue`` itself, not a stub.
+    """
+    kv_code = (
+        patched_source(wheel, KV_CACHE_UTILS)
+        if compiled_form
+        else read_member(wheel, KV_CACHE_UTILS)
+    )
+    return _execute_both(wheel, kv_code, patched_source(wheel, BLOCK_POOL), {})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the drop-in diff of both files: ``python -m specs.vllm_wheel WHEEL``."""
+    arguments = sys.argv[1:] if argv is None else argv
+    if len(arguments) != 1:
+        print("usage: python -m specs.vllm_wheel WHEEL_OR_DIRECTORY", file=sys.stderr)
+        return 2
+    wheel = find_wheel(Path(arguments[0]))
+    for member in (BLOCK_POOL, KV_CACHE_UTILS):
+        print(drop_in_diff(wheel, member), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
