@@ -242,6 +242,7 @@ def test_sha256_keys_are_the_same_in_every_process_and_builtin_roots_are_not() -
     first, second = run(), run()
     assert first[0] == second[0] == sha256_block_key(None, [1, 2, 3]).hex()
     assert first[1] != second[1]
+    assert run(PYTHONHASHSEED="random")[1] != run(PYTHONHASHSEED="random")[1]
     # Processes that share PYTHONHASHSEED share the builtin root (and Python's str hashes).
     assert run(PYTHONHASHSEED="7")[1] == run(PYTHONHASHSEED="7")[1]
 

@@ -25,16 +25,16 @@ Two key functions, by name in :data:`KEY_FUNCTIONS`:
     channel is out of scope here.
 
 ``"builtin"`` (:func:`builtin_hash_block_key`)
-    Python's built-in ``hash`` of a tuple, kept as 8 bytes. Several times
-    faster, and safe only when every request comes from one trusted tenant.
-    Its 64-bit value is not collision resistant: CPython's tuple hash is an
-    invertible mix of the items' hashes, and ints hash to themselves, so two
-    token sequences with one key can be computed directly, whatever the seed
-    (``tests/test_keys.py`` builds such a pair and shows the wrong cache hit).
-    The root is a per-process random seed (derived from ``PYTHONHASHSEED``
-    when that is set, so processes that share it agree), which keeps keys
-    from being precomputed across processes but does not stop the attack
-    above.
+    Python's built-in ``hash`` of a tuple, kept as 8 bytes. Faster (see
+    ``bench/keys.py``), and safe only when every request comes from one
+    trusted tenant. Its 64-bit value is not collision resistant: CPython's
+    tuple hash is an invertible mix of the items' hashes, and ints hash to
+    themselves, so two token sequences with one key can be computed directly,
+    whatever the seed (``tests/test_keys.py`` builds such a pair and shows the
+    wrong cache hit). The root is a per-process random seed (derived from
+    ``PYTHONHASHSEED`` when that is set to a number, so processes that share
+    it agree), which keeps keys from being precomputed across processes but
+    does not stop the attack above.
 
 >>> first = sha256_block_key(None, [1, 2, 3, 4])
 >>> len(first)
@@ -215,8 +215,8 @@ def sha256_block_key(
 
 
 def _builtin_root() -> BlockHash:
-    seed = os.environ.get("PYTHONHASHSEED")
-    if seed is None:
+    seed = os.environ.get("PYTHONHASHSEED", "random")
+    if seed == "random":  # Python's own word for a random hash seed, as when unset
         return BlockHash(os.urandom(32))
     # Shared by every process started with this seed, whose str and bytes hashes agree too.
     return BlockHash(hashlib.sha256(b"verified_queue builtin root " + seed.encode()).digest())
