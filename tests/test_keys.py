@@ -147,6 +147,16 @@ def test_inputs_that_naive_encodings_confuse_stay_apart(
     )
 
 
+def test_the_encoding_stays_exact_for_more_shapes_than_it_caches() -> None:
+    """Past the bound on cached struct formats the cache is refilled, and keys do not change."""
+    parent = BlockHash(bytes(32))
+    shapes = range(300)  # one packing format per token count
+    first = [encode_block(parent, list(range(count))) for count in shapes]
+    again = [encode_block(parent, list(range(count))) for count in shapes]
+    assert first == again
+    assert [decode_block(data)[1] for data in first] == [list(range(count)) for count in shapes]
+
+
 def test_no_extra_keys_is_one_encoding_and_bytes_are_one_token_per_byte() -> None:
     """None and () mean no extra keys; a bytes object is a sequence of small token ids."""
     assert encode_block(b"p", [1, 2], ()) == encode_block(b"p", [1, 2], None)

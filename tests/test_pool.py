@@ -392,6 +392,15 @@ def test_a_block_repeated_in_one_free_is_a_double_free() -> None:
     pool.check_consistency()
 
 
+def plant_foreign_cache_entry(pool: BlockPool) -> None:
+    """Register a block of no pool, carrying block 1's key, under that key as block 3."""
+    key = pool.blocks[1].block_hash
+    assert key is not None
+    stranger = KVCacheBlock(3)
+    stranger.set_block_hash(key)
+    pool.cached_block_hash_to_block[key][3] = stranger
+
+
 @pytest.mark.parametrize(
     ("plant", "message"),
     [
@@ -422,6 +431,7 @@ def test_a_block_repeated_in_one_free_is_a_double_free() -> None:
             ),
             "cached under a hash it lacks",
         ),
+        (plant_foreign_cache_entry, "cached but not a block of this pool"),
     ],
 )
 def test_check_consistency_catches_each_planted_break(
@@ -434,6 +444,17 @@ def test_check_consistency_catches_each_planted_break(
     plant(pool)
     with pytest.raises(BlockPoolError, match=message):
         pool.check_consistency()
+
+
+def test_free_blocks_refuses_a_held_block_that_is_linked() -> None:
+    """A block whose count says held but which is in the free queue (P2 broken) is refused."""
+    pool = BlockPool(5)
+    held = pool.get_new_blocks(1)
+    pool.blocks[3].ref_cnt = 1  # a count written by hand: block 3 is still in the free queue
+    before = snapshot(pool)
+    with pytest.raises(BlockPoolError, match=r"block_id=3.*held, yet linked .*P2 broken"):
+        pool.free_blocks([*held, pool.blocks[3]])
+    assert snapshot(pool) == before
 
 
 @pytest.mark.production_only  # check mode stops the second linking itself
