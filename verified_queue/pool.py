@@ -12,8 +12,8 @@ queue holds every block no request is using, in eviction order:
   the part least likely to be shared, is evicted first: freed blocks that carry
   a cached hash go to the back (``append_n``, least recently used evicted
   first), and blocks with no hash, which no request can hit, go to the *front*
-  (``prepend_n``), to be reused first (last in, first out, which keeps recently
-  touched GPU memory in use);
+  (``prepend_n``), to be reused first (last in, first out: vLLM does this for
+  the locality of GPU memory);
 * a prefix-cache hit on a free cached block takes it out of the middle of the
   queue (``remove``): that is why the queue needs O(1) removal.
 
