@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import SupportsIndex
+from typing import Any, SupportsIndex
 
 import pytest
 from hypothesis import given
@@ -601,3 +603,187 @@ def test_check_mode_takes_a_block_that_declares_its_own_links() -> None:
     blocks[2].prev_free_block = blocks[3]
     with pytest.raises(InvariantViolation):
         queue.full_check()
+
+
+# ------------------------------------------- only QueueError, whatever the damage
+
+
+def _every_operation(
+    queue: CheckedFreeBlockQueue[Block], blocks: list[Block]
+) -> list[Callable[[], object]]:
+    """One call of each method, on blocks the damage may have touched."""
+    return [
+        lambda: len(queue),
+        lambda: bool(queue),
+        queue.popleft,
+        lambda: queue.popleft_n(1),
+        lambda: queue.remove(blocks[1]),
+        lambda: queue.append(Block()),
+        lambda: queue.append_n([Block()]),
+        lambda: queue.prepend_n([Block()]),
+        lambda: list(queue.iter_blocks_after(blocks[0])),
+        lambda: list(queue),
+        queue.get_all_free_blocks,
+        queue.full_check,
+    ]
+
+
+class _IntLike(int):
+    """An int subclass, as numpy's integer scalars are int-like but not int."""
+
+
+DAMAGE: dict[str, Callable[[CheckedFreeBlockQueue[Block], list[Block]], None]] = {
+    "float count": lambda q, _b: setattr(q, "num_free_blocks", 3.0),
+    "int-like count": lambda q, _b: setattr(q, "num_free_blocks", _IntLike(3)),
+    "bool count": lambda q, _b: setattr(q, "num_free_blocks", True),
+    "head replaced by None": lambda q, _b: setattr(q, "fake_free_list_head", None),
+    "tail replaced by None": lambda q, _b: setattr(q, "fake_free_list_tail", None),
+    "deleted link slot": lambda _q, b: delattr(b[1], "prev_free_block"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_every_method_raises_only_queue_errors_on_a_damaged_queue(damage: str) -> None:
+    """Each method of a damaged checked queue returns or raises a QueueError, never a raw error."""
+    raised = 0
+    for index in range(len(_every_operation(*checked(3)))):
+        queue, blocks = checked(3, full_check_every=0)
+        try:
+            DAMAGE[damage](queue, blocks)
+        except (AttributeError, TypeError):
+            pytest.skip("this build's typed slots refuse the damage")
+        try:
+            _every_operation(queue, blocks)[index]()
+        except QueueError:  # anything else fails the test
+            raised += 1
+    assert raised >= 1
+    queue, blocks = checked(3)
+    with contextlib.suppress(AttributeError, TypeError):  # skipped above if refused
+        DAMAGE[damage](queue, blocks)
+    with pytest.raises(InvariantViolation):
+        queue.full_check()
+
+
+def test_removing_the_queue_s_own_sentinel_names_it_as_its_own() -> None:
+    """remove() of this queue's own sentinel says it is a sentinel, not another queue's."""
+    queue, _ = checked(2)
+    with pytest.raises(NotInQueueError, match="it is a queue sentinel, which never leaves"):
+        queue.remove(queue.fake_free_list_tail)
+
+
+@pytest.mark.parametrize("period", ["10", -5, 2.0, True])
+def test_full_check_every_setter_refuses_a_bad_period_at_once(period: object) -> None:
+    """Setting a bad period raises ValueError then, and later operations still work."""
+    queue, blocks = checked(3)
+    with pytest.raises(ValueError, match="expected None or an int >= 0"):
+        queue.full_check_every = period  # type: ignore[assignment]  # deliberate
+    assert queue.popleft() is blocks[0]
+    assert queue.full_check_every is DEFAULT_FULL_CHECK_EVERY
+
+
+class _AppendForgetsCount(FreeBlockQueue[Block]):
+    """Links the block but leaves the count as it was."""
+
+    __slots__ = ()
+
+    def append(self, block: Block) -> None:
+        super().append(block)
+        self.num_free_blocks -= 1
+
+
+class _RemoveLeavesBackLink(FreeBlockQueue[Block]):
+    """Bridges the neighbours but leaves the successor's back link on the removed block."""
+
+    __slots__ = ()
+
+    def remove(self, block: Block) -> None:
+        after = block.next_free_block
+        super().remove(block)
+        if after is not None:
+            after.prev_free_block = block
+
+
+class _PrependNLeavesOldFront(FreeBlockQueue[Block]):
+    """Links the batch but points the old front's back link at the head again."""
+
+    __slots__ = ()
+
+    def prepend_n(self, blocks: Iterable[Block]) -> None:
+        old_front = self.fake_free_list_head.next_free_block
+        super().prepend_n(blocks)
+        if old_front is not None:
+            old_front.prev_free_block = self.fake_free_list_head
+
+
+class _PopleftNKeepsHead(FreeBlockQueue[Block]):
+    """Pops the run but leaves the head pointing at the first popped block."""
+
+    __slots__ = ()
+
+    def popleft_n(self, n: SupportsIndex) -> list[Block]:
+        old_front = self.fake_free_list_head.next_free_block
+        popped = super().popleft_n(n)
+        self.fake_free_list_head.next_free_block = old_front
+        return popped
+
+
+class _PopleftReturnsTail(FreeBlockQueue[Block]):
+    """Hands out the tail sentinel of an empty queue instead of raising."""
+
+    __slots__ = ()
+
+    def popleft(self) -> Block:
+        if not self.num_free_blocks:
+            return self.fake_free_list_tail
+        return super().popleft()
+
+
+#: Faults written for these tests, apart from specs/planted_bugs.py: each breaks what only
+#: the check at the end of its operation reads, so the start-of-operation checks pass.
+END_OF_OPERATION_FAULTS: dict[
+    str, tuple[type[FreeBlockQueue[Block]], int, str, Callable[[Any, list[Block]], object]]
+] = {
+    "append forgets count": (
+        _AppendForgetsCount,
+        3,
+        "the end of append()",
+        lambda q, _b: q.append(Block()),
+    ),
+    "remove leaves back link": (
+        _RemoveLeavesBackLink,
+        3,
+        "the end of remove()",
+        lambda q, b: q.remove(b[1]),
+    ),
+    "prepend_n leaves old front": (
+        _PrependNLeavesOldFront,
+        3,
+        "the end of prepend_n()",
+        lambda q, _b: q.prepend_n([Block()]),
+    ),
+    "popleft_n keeps head": (
+        _PopleftNKeepsHead,
+        3,
+        "the end of popleft_n()",
+        lambda q, _b: q.popleft_n(2),
+    ),
+    "popleft returns tail": (
+        _PopleftReturnsTail,
+        0,
+        "the end of popleft()",
+        lambda q, _b: q.popleft(),
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", END_OF_OPERATION_FAULTS)
+def test_end_of_operation_checks_catch_a_faulty_base_class(fault: str) -> None:
+    """Check mode over a faulty production class reports the fault as its operation ends."""
+    base, size, where, operation = END_OF_OPERATION_FAULTS[fault]
+    faulty: type[CheckedFreeBlockQueue[Block]] = type(
+        "CheckedFaulty", (CheckedFreeBlockQueue, base), {"__slots__": ()}
+    )
+    blocks = [Block() for _ in range(size)]
+    queue = faulty(blocks, full_check_every=0)
+    with pytest.raises(InvariantViolation, match=re.escape(where)):
+        operation(queue, blocks)

@@ -61,7 +61,7 @@ from typing import Final, SupportsIndex, TypeVar
 
 from verified_queue import _switch
 from verified_queue.block import Block, Linkable, Sentinel
-from verified_queue.errors import NotInQueueError, QueueError
+from verified_queue.errors import InvariantViolation, NotInQueueError, QueueError
 from verified_queue.invariants import (
     COUNT_CONSISTENCY,
     NO_DUPLICATES,
@@ -114,7 +114,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     (2, 1)
     """
 
-    __slots__ = ("_members", "_until_full_check", "full_check_every")
+    __slots__ = ("_full_check_every", "_members", "_until_full_check")
 
     # id(block) -> block for every block this queue linked and holds; holding the block
     # keeps its id unique, so ``id(node) in _members`` alone proves ``node`` is a member
@@ -122,7 +122,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     _members: dict[int, B]
     # Operations left until the next periodic full check.
     _until_full_check: int
-    full_check_every: int | None
+    _full_check_every: int | None
 
     # The linking methods super() reaches from this class; __init_subclass__ re-resolves
     # them for every subclass, whose MRO may put another FreeBlockQueue subclass next.
@@ -148,17 +148,29 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(n)
         """
-        if full_check_every is None:
-            full_check_every = DEFAULT_FULL_CHECK_EVERY
-        if full_check_every is not None and (
-            type(full_check_every) is not int or full_check_every < 0
-        ):
-            raise ValueError(f"full_check_every={full_check_every!r}: expected None or an int >= 0")
         # Set before the base __init__, which calls the checked append_n.
         self._members = {}
-        self.full_check_every = full_check_every
+        self.full_check_every = (
+            DEFAULT_FULL_CHECK_EVERY if full_check_every is None else full_check_every
+        )
         self._until_full_check = self._next_period()
         super().__init__(blocks)
+
+    @property
+    def full_check_every(self) -> int | None:
+        """The period of the full check in operations; ``None`` adaptive, ``0`` never.
+
+        Setting it validates the value at once (``ValueError`` unless it is
+        ``None`` or an int >= 0), so a bad period cannot make every later
+        operation fail; the new period starts after the next full check.
+        """
+        return self._full_check_every
+
+    @full_check_every.setter
+    def full_check_every(self, period: int | None) -> None:
+        if period is not None and (type(period) is not int or period < 0):
+            raise ValueError(f"full_check_every={period!r}: expected None or an int >= 0")
+        self._full_check_every = period
 
     def __reduce__(
         self,
@@ -228,6 +240,53 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     # failed (or from the O(n) paths), they find the exact fault and raise. ``where``
     # arguments are constant strings: a message is built only on failure.
 
+    def _damaged(self, where: str, error: Exception) -> QueueError:
+        """The QueueError for an ``AttributeError`` or ``TypeError`` that damage raised.
+
+        A deleted link slot, a sentinel replaced by ``None``, a count that is
+        no int: reading them fails in plain Python. The full check, which is
+        total, names the damage; if it finds none, the error itself is named.
+        """
+        try:
+            self.full_check()
+        except QueueError as found:
+            return found
+        return violation(
+            SENTINEL_LINKAGE,
+            where,
+            "the links and the count the operation read",
+            "blocks, sentinels and an int",
+            f"{type(error).__name__}: {error}",
+        )
+
+    def _expect_joined(self, before: object, after: object, where: str) -> None:
+        """(1): a batch's junction with the old chain links both ways."""
+        if (
+            getattr(before, "next_free_block", None) is not after
+            or getattr(after, "prev_free_block", None) is not before
+        ):
+            head = self.fake_free_list_head
+            tail = self.fake_free_list_tail
+            raise violation(
+                SENTINEL_LINKAGE,
+                where,
+                f"the links between {describe(before, head, tail)} "
+                f"and {describe(after, head, tail)}",
+                "each naming the other",
+                f"{describe(getattr(before, 'next_free_block', None), head, tail)} and "
+                f"{describe(getattr(after, 'prev_free_block', None), head, tail)}",
+            )
+
+    def _not_taken_from_here(self, block: object, where: str) -> InvariantViolation:
+        """(3): the base class handed out something that was not one of this queue's blocks."""
+        return violation(
+            NO_DUPLICATES,
+            where,
+            "a block the operation returned",
+            "one of this queue's blocks",
+            describe(block, self.fake_free_list_head, self.fake_free_list_tail),
+        )
+
     def _is_member(self, node: object) -> bool:
         """Whether ``node`` is a member; exact, see "Membership" in the module docstring."""
         return id(node) in self._members
@@ -235,6 +294,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     def _expect_count(self, where: str) -> None:
         """(2): ``num_free_blocks`` equals the membership's size."""
         count = self.num_free_blocks
+        if type(count) is not int:
+            raise violation(COUNT_CONSISTENCY, where, "num_free_blocks", "an int", describe(count))
         if count != len(self._members):
             raise violation(
                 COUNT_CONSISTENCY,
@@ -423,18 +484,30 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1)
         """
-        if self.num_free_blocks != len(self._members):
-            self._expect_count("len()")
-        return super().__len__()
+        try:
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(self._members):
+                self._expect_count("len()")
+            return super().__len__()
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("len()", error) from error
 
     def __bool__(self) -> bool:
         """Return whether any block is free, after checking the count.
 
         Runtime complexity: O(1)
         """
-        if self.num_free_blocks != len(self._members):
-            self._expect_count("bool()")
-        return super().__bool__()
+        try:
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(self._members):
+                self._expect_count("bool()")
+            return super().__bool__()
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("bool()", error) from error
 
     def __contains__(self, block: object) -> bool:
         """Return whether ``block`` itself is in this queue, from the membership.
@@ -471,41 +544,53 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(1) to start, O(1) per block yielded, plus the
         amortized O(1) full check
         """
-        members = self._members
-        if self.num_free_blocks != len(members):
-            self._expect_count("the start of iter_blocks_after()")
-        countdown = self._until_full_check - 1
-        self._until_full_check = countdown
-        if countdown <= 0:
-            self._period_over()
-        if cursor is None or cursor is self.fake_free_list_head:
-            return self._iterate(self.fake_free_list_head, 0)
-        if cursor is self.fake_free_list_tail:
-            return self._iterate(self.fake_free_list_tail, -1)
-        if id(cursor) not in members:
-            raise self._not_a_member(cursor, "iter_blocks_after")
-        return self._iterate(cursor, -1)  # type: ignore[arg-type]  # a member, so a Block
+        try:
+            members = self._members
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the start of iter_blocks_after()")
+            countdown = self._until_full_check - 1
+            self._until_full_check = countdown
+            if countdown <= 0:
+                self._period_over()
+            if cursor is None or cursor is self.fake_free_list_head:
+                return self._iterate(self.fake_free_list_head, 0)
+            if cursor is self.fake_free_list_tail:
+                return self._iterate(self.fake_free_list_tail, -1)
+            if id(cursor) not in members:
+                raise self._not_a_member(cursor, "iter_blocks_after")
+            return self._iterate(cursor, -1)  # type: ignore[arg-type]  # a member, so a Block
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("iter_blocks_after()", error) from error
 
     def _iterate(self, start: Block, position: int) -> Iterator[B]:
         """Yield the members after ``start``, checking each link; ``position`` of start, or -1."""
-        tail = self.fake_free_list_tail
-        block: Block = start
-        if block is tail:
-            return
-        where = "iteration" if position >= 0 else "iteration after a cursor"
-        position = max(position, 0)
-        while True:
-            following = block.next_free_block
-            position += 1
-            if following is tail:
+        try:
+            tail = self.fake_free_list_tail
+            block: Block = start
+            if block is tail:
                 return
-            self._expect_linked_member(following, block, position, where)
-            block = following  # type: ignore[assignment]  # a member, so a Block
-            yield block  # type: ignore[misc]  # a member, so a B
-            if not self._is_member(block):
-                raise NotInQueueError(
-                    f"{describe(block)} left the queue while an iteration stood on it"
-                )
+            where = "iteration" if position >= 0 else "iteration after a cursor"
+            position = max(position, 0)
+            while True:
+                following = block.next_free_block
+                position += 1
+                if following is tail:
+                    return
+                self._expect_linked_member(following, block, position, where)
+                block = following  # type: ignore[assignment]  # a member, so a Block
+                yield block  # type: ignore[misc]  # a member, so a B
+                if not self._is_member(block):
+                    raise NotInQueueError(
+                        f"{describe(block)} left the queue while an iteration stood on it"
+                    )
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("iteration", error) from error
 
     def get_all_free_blocks(self) -> list[B]:
         """Run the full check, then return a new list of the free blocks, front first.
@@ -524,36 +609,43 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        members = self._members
-        if self.num_free_blocks != len(members):
-            self._expect_count("the start of popleft()")
-        countdown = self._until_full_check - 1
-        self._until_full_check = countdown
-        if countdown <= 0:
-            self._period_over()
-        # The front block and the node after it, whose back link popleft() rewrites.
-        head = self.fake_free_list_head
-        first = head.next_free_block
-        if (
-            id(first) in members
-            and first.prev_free_block is head  # type: ignore[union-attr]  # a member
-            and head.prev_free_block is None
-        ):
-            second = first.next_free_block  # type: ignore[union-attr]  # a member
-            if id(second) in members:
-                if second.prev_free_block is not first:  # type: ignore[union-attr]  # a member
+        try:
+            members = self._members
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the start of popleft()")
+            countdown = self._until_full_check - 1
+            self._until_full_check = countdown
+            if countdown <= 0:
+                self._period_over()
+            # The front block and the node after it, whose back link popleft() rewrites.
+            head = self.fake_free_list_head
+            first = head.next_free_block
+            if (
+                id(first) in members
+                and first.prev_free_block is head  # type: ignore[union-attr]  # a member
+                and head.prev_free_block is None
+            ):
+                second = first.next_free_block  # type: ignore[union-attr]  # a member
+                if id(second) in members:
+                    if second.prev_free_block is not first:  # type: ignore[union-attr]  # a member
+                        self._check_front(1, "the start of popleft()")
+                elif second is not self.fake_free_list_tail or len(members) != 1:
                     self._check_front(1, "the start of popleft()")
-            elif second is not self.fake_free_list_tail or len(members) != 1:
-                self._check_front(1, "the start of popleft()")
-        else:
-            self._check_front(1, "the start of popleft()")  # raises unless truly empty
-        block = self._super_popleft()
-        del members[id(block)]
-        if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
-            self._check_front(0, "the end of popleft()")
-        if self.num_free_blocks != len(members):
-            self._expect_count("the end of popleft()")
-        return block
+            else:
+                self._check_front(1, "the start of popleft()")  # raises unless truly empty
+            block = self._super_popleft()
+            if members.pop(id(block), None) is None:
+                raise self._not_taken_from_here(block, "the end of popleft()")
+            if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
+                self._check_front(0, "the end of popleft()")
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the end of popleft()")
+            return block
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("popleft()", error) from error
 
     def _front_is_sound(self, steps: int) -> bool:
         """(1), (2): ``_check_front(steps)`` would pass; the inline form of its walk."""
@@ -578,24 +670,31 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(n), plus the amortized O(1) full check
         """
-        count: int = n if type(n) is int else _count_argument("popleft_n", n)
-        members = self._members
-        if self.num_free_blocks != len(members):
-            self._expect_count("the start of popleft_n()")
-        countdown = self._until_full_check - 1
-        self._until_full_check = countdown
-        if countdown <= 0:
-            self._period_over()
-        if 0 <= count <= len(members) and not self._front_is_sound(count):
-            self._check_front(count, "the start of popleft_n()")
-        popped = self._super_popleft_n(count)
-        for block in popped:
-            del members[id(block)]
-        if not self._front_is_sound(0):
-            self._check_front(0, "the end of popleft_n()")
-        if self.num_free_blocks != len(members):
-            self._expect_count("the end of popleft_n()")
-        return popped
+        try:
+            count: int = n if type(n) is int else _count_argument("popleft_n", n)
+            members = self._members
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the start of popleft_n()")
+            countdown = self._until_full_check - 1
+            self._until_full_check = countdown
+            if countdown <= 0:
+                self._period_over()
+            if 0 <= count <= len(members) and not self._front_is_sound(count):
+                self._check_front(count, "the start of popleft_n()")
+            popped = self._super_popleft_n(count)
+            for block in popped:
+                if members.pop(id(block), None) is None:
+                    raise self._not_taken_from_here(block, "the end of popleft_n()")
+            if not self._front_is_sound(0):
+                self._check_front(0, "the end of popleft_n()")
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the end of popleft_n()")
+            return popped
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("popleft_n()", error) from error
 
     def remove(self, block: B) -> None:
         """Detach ``block``; one linked in another queue is rejected in O(1), both unchanged.
@@ -607,37 +706,43 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        members = self._members
-        if self.num_free_blocks != len(members):
-            self._expect_count("the start of remove()")
-        countdown = self._until_full_check - 1
-        self._until_full_check = countdown
-        if countdown <= 0:
-            self._period_over()
-        block_id = id(block)
-        if block_id not in members:
-            raise self._not_a_member(block)
-        before = block.prev_free_block
-        after = block.next_free_block
-        if not (
-            (id(before) in members or before is self.fake_free_list_head)
-            and (id(after) in members or after is self.fake_free_list_tail)
-            and before.next_free_block is block  # type: ignore[union-attr]  # member or sentinel
-            and after.prev_free_block is block  # type: ignore[union-attr]  # member or sentinel
-        ):
-            self._check_around(block, "the start of remove()")  # type: ignore[arg-type]  # a member, so a Block
-        self._super_remove(block)
-        del members[block_id]
-        if before.next_free_block is not after or after.prev_free_block is not before:  # type: ignore[union-attr]  # checked
-            raise violation(
-                SENTINEL_LINKAGE,
-                "the end of remove()",
-                f"the links between {describe(before)} and {describe(after)}",
-                "each naming the other",
-                f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",  # type: ignore[union-attr]  # checked
-            )
-        if self.num_free_blocks != len(members):
-            self._expect_count("the end of remove()")
+        try:
+            members = self._members
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the start of remove()")
+            countdown = self._until_full_check - 1
+            self._until_full_check = countdown
+            if countdown <= 0:
+                self._period_over()
+            block_id = id(block)
+            if block_id not in members:
+                raise self._not_a_member(block)
+            before = block.prev_free_block
+            after = block.next_free_block
+            if not (
+                (id(before) in members or before is self.fake_free_list_head)
+                and (id(after) in members or after is self.fake_free_list_tail)
+                and before.next_free_block is block  # type: ignore[union-attr]  # member or sentinel
+                and after.prev_free_block is block  # type: ignore[union-attr]  # member or sentinel
+            ):
+                self._check_around(block, "the start of remove()")  # type: ignore[arg-type]  # a member, so a Block
+            self._super_remove(block)
+            del members[block_id]
+            if before.next_free_block is not after or after.prev_free_block is not before:  # type: ignore[union-attr]  # checked
+                raise violation(
+                    SENTINEL_LINKAGE,
+                    "the end of remove()",
+                    f"the links between {describe(before)} and {describe(after)}",
+                    "each naming the other",
+                    f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",  # type: ignore[union-attr]  # checked
+                )
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the end of remove()")
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("remove()", error) from error
 
     def _back_is_sound(self) -> bool:
         """(1), (2): the tail ends the chain after a member, or after the head when empty."""
@@ -654,81 +759,107 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        members = self._members
-        if self.num_free_blocks != len(members):
-            self._expect_count("the start of append()")
-        countdown = self._until_full_check - 1
-        self._until_full_check = countdown
-        if countdown <= 0:
-            self._period_over()
-        block_id = id(block)
-        if block_id in members:
-            # Still linked, the production guard refuses it; cleared, this refuses it.
-            self._reject_cleared_member(block, "the start of append()")
-        # The inline form of _back_is_sound().
-        tail = self.fake_free_list_tail
-        last = tail.prev_free_block
-        if id(last) in members:
-            if last.next_free_block is not tail or tail.next_free_block is not None:  # type: ignore[union-attr]  # a member
+        try:
+            members = self._members
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the start of append()")
+            countdown = self._until_full_check - 1
+            self._until_full_check = countdown
+            if countdown <= 0:
+                self._period_over()
+            block_id = id(block)
+            if block_id in members:
+                # Still linked, the production guard refuses it; cleared, this refuses it.
+                self._reject_cleared_member(block, "the start of append()")
+            # The inline form of _back_is_sound().
+            tail = self.fake_free_list_tail
+            last = tail.prev_free_block
+            if id(last) in members:
+                if last.next_free_block is not tail or tail.next_free_block is not None:  # type: ignore[union-attr]  # a member
+                    self._check_back("the start of append()")
+            elif (
+                last is not self.fake_free_list_head or members or tail.next_free_block is not None
+            ):
                 self._check_back("the start of append()")
-        elif last is not self.fake_free_list_head or members or tail.next_free_block is not None:
-            self._check_back("the start of append()")
-        self._super_append(block)
-        members[block_id] = block
-        if tail.prev_free_block is not block:
-            self._check_back("the end of append()")
-        if self.num_free_blocks != len(members):
-            self._expect_count("the end of append()")
+            self._super_append(block)
+            members[block_id] = block
+            if tail.prev_free_block is not block:
+                self._check_back("the end of append()")
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the end of append()")
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("append()", error) from error
 
     def append_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the back, all or none, checking the tail before and after.
 
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
-        batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
-        members = self._members
-        if self.num_free_blocks != len(members):
-            self._expect_count("the start of append_n()")
-        countdown = self._until_full_check - 1
-        self._until_full_check = countdown
-        if countdown <= 0:
-            self._period_over()
-        if not members.keys().isdisjoint(map(id, batch)):
-            for block in batch:
-                self._reject_cleared_member(block, "the start of append_n()")
-        if not self._back_is_sound():
-            self._check_back("the start of append_n()")
-        self._super_append_n(batch)
-        members.update(zip(map(id, batch), batch, strict=True))
-        if not self._back_is_sound():
-            self._check_back("the end of append_n()")
-        if self.num_free_blocks != len(members):
-            self._expect_count("the end of append_n()")
+        try:
+            batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
+            members = self._members
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the start of append_n()")
+            countdown = self._until_full_check - 1
+            self._until_full_check = countdown
+            if countdown <= 0:
+                self._period_over()
+            if not members.keys().isdisjoint(map(id, batch)):
+                for block in batch:
+                    self._reject_cleared_member(block, "the start of append_n()")
+            if not self._back_is_sound():
+                self._check_back("the start of append_n()")
+            before = self.fake_free_list_tail.prev_free_block
+            self._super_append_n(batch)
+            members.update(zip(map(id, batch), batch, strict=True))
+            if not self._back_is_sound():
+                self._check_back("the end of append_n()")
+            if batch:
+                self._expect_joined(before, batch[0], "the end of append_n()")
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the end of append_n()")
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("append_n()", error) from error
 
     def prepend_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the front, all or none, checking the front before and after.
 
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
-        batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
-        members = self._members
-        if self.num_free_blocks != len(members):
-            self._expect_count("the start of prepend_n()")
-        countdown = self._until_full_check - 1
-        self._until_full_check = countdown
-        if countdown <= 0:
-            self._period_over()
-        if not members.keys().isdisjoint(map(id, batch)):
-            for block in batch:
-                self._reject_cleared_member(block, "the start of prepend_n()")
-        if not self._front_is_sound(0):
-            self._check_front(0, "the start of prepend_n()")
-        self._super_prepend_n(batch)
-        members.update(zip(map(id, batch), batch, strict=True))
-        if not self._front_is_sound(0):
-            self._check_front(0, "the end of prepend_n()")
-        if self.num_free_blocks != len(members):
-            self._expect_count("the end of prepend_n()")
+        try:
+            batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
+            members = self._members
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the start of prepend_n()")
+            countdown = self._until_full_check - 1
+            self._until_full_check = countdown
+            if countdown <= 0:
+                self._period_over()
+            if not members.keys().isdisjoint(map(id, batch)):
+                for block in batch:
+                    self._reject_cleared_member(block, "the start of prepend_n()")
+            if not self._front_is_sound(0):
+                self._check_front(0, "the start of prepend_n()")
+            after = self.fake_free_list_head.next_free_block
+            self._super_prepend_n(batch)
+            members.update(zip(map(id, batch), batch, strict=True))
+            if not self._front_is_sound(0):
+                self._check_front(0, "the end of prepend_n()")
+            if batch:
+                self._expect_joined(batch[-1], after, "the end of prepend_n()")
+            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+                self._expect_count("the end of prepend_n()")
+        except QueueError:
+            raise
+        except (AttributeError, TypeError) as error:
+            # Damage outside code did (see the module docstring): never a raw error.
+            raise self._damaged("prepend_n()", error) from error
 
 
 def _rebuild(
