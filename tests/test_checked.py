@@ -652,6 +652,8 @@ def test_every_method_raises_only_queue_errors_on_a_damaged_queue(damage: str) -
             DAMAGE[damage](queue, blocks)
         except (AttributeError, TypeError):
             pytest.skip("this build's typed slots refuse the damage")
+        if damage == "int-like count" and type(queue.num_free_blocks) is int:
+            pytest.skip("this build's typed count stores a plain int, so the damage cannot happen")
         try:
             _every_operation(queue, blocks)[index]()
         except QueueError:  # anything else fails the test
