@@ -179,11 +179,11 @@ def test_running_out_of_memory_exits_3_with_one_line(
 
 @pytest.mark.skipif(resource is None, reason="needs resource.setrlimit (POSIX)")
 def test_a_demo_pool_too_big_for_memory_ends_without_a_traceback() -> None:
-    """demo --blocks 1000000000 under a 256 MiB limit exits 2 or 3 with one line, never 1."""
+    """demo --blocks 1000000000 under an 80 MiB limit exits 2 or 3 with one line, never 1."""
 
     def limit_memory() -> None:  # pragma: no cover -- runs in the child
         assert resource is not None
-        resource.setrlimit(resource.RLIMIT_AS, (256 << 20, 256 << 20))
+        resource.setrlimit(resource.RLIMIT_AS, (80 << 20, 80 << 20))
 
     done = subprocess.run(
         [sys.executable, "-m", "verified_queue", "demo", "--blocks", "1000000000"],
