@@ -111,6 +111,8 @@ def test_check_mode_reports_two_threads_never_a_silent_corruption(
         )
         outcome = race(queue, step)
         assert not outcome.silent_corruption, (outcome.errors, outcome.invariant_violation)
+        # Check mode raises only QueueError, even when the damage is another thread's doing.
+        assert all(isinstance(error, QueueError) for error in outcome.errors), outcome.errors
         reported += outcome.queue_error_raised
     # The race is real: check mode reported concurrent use in some trial (in practice most).
     assert reported > 0
