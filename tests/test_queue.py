@@ -720,3 +720,13 @@ class IdBlock(Block):
         before = self.prev_free_block.block_id if self.prev_free_block else None  # type: ignore[attr-defined]
         after = self.next_free_block.block_id if self.next_free_block else None  # type: ignore[attr-defined]
         return f"IdBlock({self.block_id}, prev={before}, next={after})"
+
+
+def test_popleft_n_over_a_link_cleared_inside_the_run_changes_nothing() -> None:
+    """A None link inside the counted run raises InvariantViolation and restores every block."""
+    queue, blocks = make(4)
+    blocks[1].next_free_block = None
+    before = snapshot_links(queue, blocks)
+    with pytest.raises(InvariantViolation, match="popleft_n"):
+        queue.popleft_n(3)
+    assert snapshot_links(queue, blocks) == before

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Generic, SupportsIndex, TypeVar
+from typing import Final, Generic, SupportsIndex, TypeVar, cast
 
 from verified_queue.block import LINK_FIELDS, Block, Linkable, Sentinel
 from verified_queue.errors import (
@@ -341,29 +341,29 @@ class FreeBlockQueue(Generic[B]):
         if count < 0:
             raise NegativeCountError(f"popleft_n({count}): the count must not be negative")
         head = self.fake_free_list_head
-        # First pass, reads only: collect the run. Filled by index, which is cheaper
-        # per block than list.append in CPython.
+        # One pass detaches the run block by block; the head and the first kept block
+        # are rewired only after it. Filled by index, which is cheaper per block than
+        # list.append in CPython.
         popped: list[B] = [None] * count  # type: ignore[list-item]  # every slot is filled below
+        following: Block | None = None
         try:
             block: Block = head.next_free_block  # type: ignore[assignment]  # I1
             for index in range(count):
                 popped[index] = block  # type: ignore[assignment]  # I2: count <= n, never the tail
-                block = block.next_free_block  # type: ignore[assignment]  # I1
-        except (AttributeError, TypeError):
-            # I1 broken by outside code: a None link inside the counted run.
-            raise _lost_inner_link("popleft_n", "head") from None
-        # Second pass, the writes; an exception between them (a signal) is undone.
-        try:
-            # Splice the run out: the first kept block (or the tail) follows the head.
-            head.next_free_block = block
-            block.prev_free_block = head
-            taken: Block
-            for taken in popped:  # type: ignore[assignment]  # each a Block (I1, I3)
+                following = block.next_free_block
                 # I4: each popped block leaves detached.
-                taken.prev_free_block = taken.next_free_block = None
-        except BaseException:
-            _relink_run(head, popped, block)
+                block.prev_free_block = block.next_free_block = None
+                block = following  # type: ignore[assignment]  # I1: set on every linked block
+        except BaseException as error:
+            # A signal between two blocks, or a None link inside the counted run (I1 broken
+            # by outside code): put every block taken so far back where it was.
+            _relink_taken(head, popped, following)
+            if isinstance(error, (AttributeError, TypeError)):
+                raise _lost_inner_link("popleft_n", "head") from None
             raise
+        # Splice the run out: the first kept block (or the tail) follows the head.
+        head.next_free_block = block
+        block.prev_free_block = head
         self.num_free_blocks -= count  # I2
         return popped
 
@@ -413,21 +413,20 @@ class FreeBlockQueue(Generic[B]):
         >>> queue.popleft() is block
         True
         """
-        try:
-            node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
-            linked = node.next_free_block is not None or node.prev_free_block is not None
-        except (AttributeError, TypeError):
-            raise _not_a_block("append", block) from None
-        if linked:
-            # I4: only a detached block may join.
-            raise _already_linked("append", block)
         tail = self.fake_free_list_tail
         try:
+            node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
+            if node.next_free_block is not None or node.prev_free_block is not None:
+                # I4: only a detached block may join.
+                raise _already_linked("append", block)
             last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
             # Link the block between the old last block and the tail.
             last.next_free_block = node
         except (AttributeError, TypeError):
-            raise _lost_inner_link("append", "tail") from None
+            # Nothing was written: the first write is the one that failed, if any did.
+            if tail.prev_free_block is None:
+                raise _lost_inner_link("append", "tail") from None
+            raise _not_a_block("append", block) from None
         node.prev_free_block = last
         node.next_free_block = tail
         tail.prev_free_block = node
@@ -456,7 +455,30 @@ class FreeBlockQueue(Generic[B]):
         # directly instead of iterated through the generic protocol).
         batch: list[B] = blocks if type(blocks) is list else list(blocks)
         tail = self.fake_free_list_tail
-        self._link_run("append_n", batch, tail.prev_free_block, tail)
+        before = tail.prev_free_block
+        if before is None:
+            raise _lost_inner_link("append_n", "tail")
+        # The loop is written out here and in prepend_n, not shared: a call per batch
+        # costs more than the loop itself on the short batches a block pool frees.
+        # Counted first: no call may come between closing the chain and the count, since
+        # a signal handler can raise at a call, and nothing could then undo the links.
+        added = len(batch)
+        last: Block = before
+        try:
+            node: Block
+            for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
+                if node.next_free_block is not None or node.prev_free_block is not None:
+                    # I4: only a detached block may join.
+                    raise _already_linked("append_n", node)
+                node.prev_free_block = last
+                last.next_free_block = node
+                last = node
+        except BaseException as error:
+            raise _undo_batch("append_n", batch, before, last, tail, error=error) from None
+        # Close the chain on the tail: until here its back link kept the old chain intact.
+        last.next_free_block = tail
+        tail.prev_free_block = last
+        self.num_free_blocks += added  # I2
 
     def prepend_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the front in order, all or none (``list[0:0] = blocks``).
@@ -477,39 +499,25 @@ class FreeBlockQueue(Generic[B]):
         """
         batch: list[B] = blocks if type(blocks) is list else list(blocks)
         head = self.fake_free_list_head
-        self._link_run("prepend_n", batch, head, head.next_free_block)
-
-    def _link_run(
-        self, operation: str, batch: list[B], before: Block | None, after: Block | None
-    ) -> None:
-        """Link ``batch`` between the adjacent ``before`` and ``after``, all or none.
-
-        One pass links the batch behind ``before``. A repeated block is seen by
-        the guard because its first copy is linked by then. ``after``'s back
-        link is written last, so until then the old chain is intact behind the
-        half-linked run, and the undo only has to detach the run.
-        """
-        if before is None or after is None:
-            raise _lost_inner_link(operation, "head" if operation == "prepend_n" else "tail")
-        added = len(batch)
-        last: Block = before
+        after = head.next_free_block
+        if after is None:
+            raise _lost_inner_link("prepend_n", "head")
+        added = len(batch)  # before the links close, as in append_n
+        last: Block = head
         try:
             node: Block
             for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                 if node.next_free_block is not None or node.prev_free_block is not None:
                     # I4: only a detached block may join.
-                    raise _already_linked(operation, node)
+                    raise _already_linked("prepend_n", node)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
-            # Close the chain on ``after``.
-            last.next_free_block = after
-            after.prev_free_block = last
         except BaseException as error:
-            _unlink_run(before, last, after)
-            if isinstance(error, (AttributeError, TypeError)):
-                raise _not_a_block(operation, _first_unlinkable(batch)) from None
-            raise
+            raise _undo_batch("prepend_n", batch, head, last, after, error=error) from None
+        # Close the chain on the old front: until here its back link named the head.
+        last.next_free_block = after
+        after.prev_free_block = last
         self.num_free_blocks += added  # I2
 
     def get_all_free_blocks(self) -> list[B]:
@@ -621,6 +629,26 @@ def _lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
     )
 
 
+def _undo_batch(
+    operation: str,
+    batch: list[B],
+    before: Block,
+    last: Block,
+    after: Block,
+    *,
+    error: BaseException,
+) -> BaseException:
+    """Undo a half-linked batch and return the error to raise in its place.
+
+    ``after``'s back link was not written yet, so detaching the run from
+    ``before.next`` to ``last`` restores the old chain exactly.
+    """
+    _unlink_run(before, last, after)
+    if isinstance(error, (AttributeError, TypeError)):
+        return _not_a_block(operation, _first_unlinkable(batch))
+    return error
+
+
 def _unlink_run(before_run: Block, last: Block, after_run: Block) -> None:
     """Undo a half-linked batch: detach ``before_run.next .. last`` and rejoin the ends.
 
@@ -637,13 +665,27 @@ def _unlink_run(before_run: Block, last: Block, after_run: Block) -> None:
     after_run.prev_free_block = before_run
 
 
-def _relink_run(head: Block, run: list[B], after_run: Block) -> None:
-    """Undo an interrupted ``popleft_n``: link ``run`` back between ``head`` and ``after_run``."""
+def _relink_taken(head: Block, popped: list[B], following: Block | None) -> None:
+    """Undo an interrupted ``popleft_n``: link its blocks back between ``head`` and the rest.
+
+    The head's link and the first kept block's back link are written only
+    after the loop, so they still hold. The last block taken still names its
+    successor unless the loop already cleared it, and then ``following``, read
+    just before, does.
+    """
+    # Slots the loop did not reach still hold the None they were created with.
+    slots = cast("list[Block | None]", popped)
+    taken = [block for block in slots if block is not None]
+    if not taken:
+        return
+    successor = taken[-1].next_free_block
+    if successor is None:
+        successor = following
     previous = head
-    block: Block
-    for block in run:  # type: ignore[assignment]  # blocks popleft_n took from the chain
+    for block in taken:
         block.prev_free_block = previous
         previous.next_free_block = block
         previous = block
-    previous.next_free_block = after_run
-    after_run.prev_free_block = previous
+    previous.next_free_block = successor
+    if successor is not None:
+        successor.prev_free_block = previous
