@@ -25,6 +25,12 @@ Arguments are block numbers, or :data:`HEAD`, :data:`TAIL` and :data:`FOREIGN` f
 queue's own sentinels and another queue's. :func:`operations_contract` is the harness: a
 short symbolic program of operations applied to both, step by step.
 
+:func:`iter_blocks_after_contract` also says that a cursor the queue refuses is refused when
+``iter_blocks_after`` is called, not later when the iteration starts: an error raised
+while the returned iterator is drained is reported as :class:`~specs.structure.LateError`,
+which the model never raises. The model has no sentinels, so for it this queue's own head
+cursor means ``None`` (from the front) and its own tail cursor means "nothing after".
+
 The queue under check is :class:`~verified_queue.queue.FreeBlockQueue`, or the planted bug
 named by the environment variable ``VERIFIED_QUEUE_SPEC_TARGET`` (see
 :data:`specs.planted_bugs.PLANTED_BUGS`)::
@@ -41,6 +47,7 @@ from typing import Any, NamedTuple
 
 from specs.model import ListModel, SpecBlock
 from specs.planted_bugs import PLANTED_BUGS
+from specs.structure import iterate_after
 from verified_queue.block import Block
 from verified_queue.errors import InvariantViolation
 from verified_queue.invariants import check_invariants
@@ -49,6 +56,7 @@ from verified_queue.queue import FreeBlockQueue
 __all__ = [
     "FOREIGN",
     "HEAD",
+    "NONE",
     "TAIL",
     "TARGET_VARIABLE",
     "UNIVERSE",
@@ -57,9 +65,11 @@ __all__ = [
     "append_n_contract",
     "construct_contract",
     "expected_links",
+    "iter_blocks_after_contract",
     "operations_contract",
     "popleft_contract",
     "popleft_n_contract",
+    "prepend_n_contract",
     "queries_contract",
     "remove_contract",
 ]
@@ -372,6 +382,52 @@ def append_n_contract(size: int, batch: list[int]) -> Step:
     return world.step(lambda target: target.append_n(nodes))
 
 
+def prepend_n_contract(size: int, batch: list[int]) -> Step:
+    """``prepend_n`` of any short batch (repeats, linked blocks, sentinels) agrees with the model.
+
+    Runtime complexity: O(UNIVERSE + len(batch))
+
+    pre: 0 <= size <= UNIVERSE
+    pre: len(batch) <= 2
+    pre: all(_valid_code(code) for code in batch)
+    post: _.error == _.model_error
+    post: _.result == _.model_result
+    post: _.after == _.model_after
+    post: _.num_free_blocks == len(_.model_after)
+    post: _.links_after == expected_links(_.model_after) and _.invariant_problem is None
+    post: all(_.links_after[number] == _.links_before[number] for number in untouched(_))
+    post: _.model_error is None or (_.after == _.before and _.links_after == _.links_before)
+    """
+    world = _World(size)
+    nodes = [world.node(code) for code in batch]
+    return world.step(lambda target: target.prepend_n(nodes))
+
+
+def iter_blocks_after_contract(size: int, cursor: int) -> Step:
+    """``iter_blocks_after`` from any cursor (``None``, a block, a sentinel) agrees with the model.
+
+    The result is what draining the iterator yields; a refusal must come from the call itself.
+
+    Runtime complexity: O(UNIVERSE)
+
+    pre: 0 <= size <= UNIVERSE
+    pre: cursor == NONE or _valid_code(cursor)
+    post: _.error == _.model_error
+    post: _.result == _.model_result
+    post: _.after == _.model_after == _.before
+    post: _.num_free_blocks == len(_.model_after)
+    post: _.links_after == _.links_before == expected_links(_.before)
+    post: _.invariant_problem is None
+    """
+    world = _World(size)
+    return world.step(_iterate_after(world, None if cursor == NONE else world.node(cursor)))
+
+
+def _iterate_after(world: _World, cursor: Block | None) -> Callable[[Any], object]:
+    """A call that drains ``iter_blocks_after(cursor)``, telling a late refusal apart."""
+    return iterate_after(cursor, world.queue.fake_free_list_head, world.queue.fake_free_list_tail)
+
+
 def construct_contract(batch: list[int]) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
     """Building a queue from a batch either holds the batch, linked, or is refused and links none.
 
@@ -449,16 +505,18 @@ def _answer(query: Callable[[Any], object], target: object) -> object:
         return type(error).__name__
 
 
-# The harness's operations, by code: 0 popleft, 1 popleft_n, 2 remove, 3 append, 4 append_n.
-_OPERATIONS = 5
+# The harness's operations, by code: 0 popleft, 1 popleft_n, 2 remove, 3 append, 4 append_n,
+# 5 prepend_n, 6 iter_blocks_after.
+_OPERATIONS = 7
 
 
 def operations_contract(size: int, program: list[tuple[int, int]]) -> list[str]:
     """A short program of operations keeps the queue and the model in step after every call.
 
     Each instruction is ``(operation, argument)``: the argument is ``n`` for ``popleft_n``,
-    a block code for ``remove`` and ``append``, and for ``append_n`` the batch of the first
-    ``argument`` detached blocks plus, if ``argument`` is negative, a block already queued.
+    a block code for ``remove``, ``append`` and ``iter_blocks_after`` (whose lowest code means
+    ``None``), and for ``append_n`` and ``prepend_n`` the batch of the first ``argument``
+    detached blocks plus, if ``argument`` is negative, a block already queued.
     Returns a description of every step where the two differ.
 
     Runtime complexity: O(len(program) * UNIVERSE)
@@ -497,15 +555,17 @@ def _instruction(world: _World, operation: int, argument: int) -> Callable[[Any]
         return lambda target: target.popleft()
     if operation == 1:
         return lambda target: target.popleft_n(argument)
+    if operation == 6:
+        return _iterate_after(world, None if argument < FOREIGN else world.node(argument))
     if operation in (2, 3):
         node = world.node(max(argument, FOREIGN))
-        if operation == 2:
-            return lambda target: target.remove(node)
-        return lambda target: target.append(node)
+        name = "remove" if operation == 2 else "append"
+        return lambda target: getattr(target, name)(node)
     batch: list[Block] = []
     for block in world.universe:
         if len(batch) < abs(argument) and block not in world.model:
             batch.append(block)
     if argument < 0 and world.model:
         batch.append(world.model.blocks[0])
-    return lambda target: target.append_n(batch)
+    name = "prepend_n" if operation == 5 else "append_n"
+    return lambda target: getattr(target, name)(batch)

@@ -13,7 +13,7 @@ run against every one of them in the tests and must report each.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, SupportsIndex, TypeVar, cast
 
 from verified_queue.block import Block
@@ -35,8 +35,12 @@ __all__ = [
     "AppendNWrongNeighbour",
     "AppendSkipsDoubleFreeCheck",
     "ContainsComparesByValue",
+    "IterBlocksAfterChecksLazily",
+    "IterBlocksAfterYieldsCursor",
     "PopleftLeavesLinks",
     "PopleftNOffByOne",
+    "PrependNNotAtomic",
+    "PrependNReversed",
     "RemoveAcceptsSentinel",
     "RemoveForgetsCount",
     "SentinelReturned",
@@ -239,6 +243,102 @@ class ContainsComparesByValue(FreeBlockQueue[B]):
         return any(candidate == block for candidate in self)
 
 
+class PrependNReversed(FreeBlockQueue[B]):
+    """``prepend_n`` puts each block in front of the queue in turn, so the batch ends up reversed.
+
+    Right for a batch of one, and every link is consistent, so only the order gives it away:
+    after ``prepend_n([a, b])`` the queue starts ``b, a``.
+    """
+
+    __slots__ = ()
+
+    def prepend_n(self, blocks: Iterable[B]) -> None:
+        """Link each block of ``blocks`` right after the head sentinel, one after another."""
+        batch = list(blocks)
+        head = self.fake_free_list_head
+        linked: list[Block] = []
+        try:
+            for block in batch:
+                if block.next_free_block is not None or block.prev_free_block is not None:
+                    raise _already_linked("prepend_n", block)
+                first = _linked(head.next_free_block)
+                block.prev_free_block = head
+                block.next_free_block = first
+                first.prev_free_block = block
+                head.next_free_block = block  # in front of the block linked before it
+                linked.append(block)
+        except BaseException:
+            for undone in reversed(linked):
+                before = _linked(undone.prev_free_block)
+                after = _linked(undone.next_free_block)
+                before.next_free_block = after
+                after.prev_free_block = before
+                undone.prev_free_block = undone.next_free_block = None
+            raise
+        self.num_free_blocks += len(batch)
+
+
+class PrependNNotAtomic(FreeBlockQueue[B]):
+    """``prepend_n`` links the batch block by block and does not roll back when one is refused.
+
+    The blocks before the refused one stay linked behind the head, but the chain is left open
+    after them and the count is never updated, so a rejected call changes the queue.
+    """
+
+    __slots__ = ()
+
+    def prepend_n(self, blocks: Iterable[B]) -> None:
+        """Prepend ``blocks`` one at a time, keeping the ones before a refused block."""
+        head = self.fake_free_list_head
+        after = _linked(head.next_free_block)
+        last: Block = head
+        batch = list(blocks)
+        for block in batch:
+            if block.next_free_block is not None or block.prev_free_block is not None:
+                raise _already_linked("prepend_n", block)
+            block.prev_free_block = last
+            last.next_free_block = block
+            last = block
+        last.next_free_block = after
+        after.prev_free_block = last
+        self.num_free_blocks += len(batch)
+
+
+class IterBlocksAfterYieldsCursor(FreeBlockQueue[B]):
+    """``iter_blocks_after(cursor)`` starts the walk at the cursor instead of the block after it.
+
+    From ``None`` it is right; from a block, the first block yielded is the cursor itself, so a
+    walk resumed from a saved cursor visits that block twice.
+    """
+
+    __slots__ = ()
+
+    def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
+        """Yield the cursor and the blocks after it (or every block for ``None``)."""
+        if cursor is None or cursor is self.fake_free_list_head:
+            return iter(self)
+        if cursor is self.fake_free_list_tail:
+            return iter(())
+        if cursor.next_free_block is None or cursor.prev_free_block is None:
+            raise _not_linked("iter_blocks_after", cursor)
+        return self._walk(cursor)  # should start at cursor.next_free_block
+
+
+class IterBlocksAfterChecksLazily(FreeBlockQueue[B]):
+    """``iter_blocks_after`` is written as a generator, so it checks its cursor only when the
+    iteration starts.
+
+    A detached cursor or another queue's sentinel is accepted by the call; the caller learns
+    of it later, wherever the iterator is first advanced.
+    """
+
+    __slots__ = ()
+
+    def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
+        """Yield the blocks after ``cursor``, deferring every check to the first ``next()``."""
+        yield from super().iter_blocks_after(cursor)
+
+
 #: Every planted bug by a short name, in the order the reports list them.
 PLANTED_BUGS: dict[str, type[FreeBlockQueue[Any]]] = {
     "popleft_leaves_links": PopleftLeavesLinks,
@@ -250,4 +350,8 @@ PLANTED_BUGS: dict[str, type[FreeBlockQueue[Any]]] = {
     "append_n_not_atomic": AppendNNotAtomic,
     "remove_accepts_sentinel": RemoveAcceptsSentinel,
     "contains_compares_by_value": ContainsComparesByValue,
+    "prepend_n_reversed": PrependNReversed,
+    "prepend_n_not_atomic": PrependNNotAtomic,
+    "iter_blocks_after_yields_cursor": IterBlocksAfterYieldsCursor,
+    "iter_blocks_after_checks_lazily": IterBlocksAfterChecksLazily,
 }

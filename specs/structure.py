@@ -18,8 +18,10 @@ from verified_queue.block import Block, Sentinel
 from verified_queue.queue import FreeBlockQueue
 
 __all__ = [
+    "LateError",
     "LinkSnapshot",
     "Outcome",
+    "iterate_after",
     "mismatch",
     "order_of",
     "outcome_difference",
@@ -118,6 +120,43 @@ def mismatch(  # noqa: PLR0911 -- one early return per observable that can diffe
         ):
             return f"{block!r} is in no queue but still has links"
     return None
+
+
+class LateError(Exception):
+    """An error raised while an ``iter_blocks_after`` iterator was drained, not by the call."""
+
+
+def iterate_after(
+    cursor: Block | None, head: Block, tail: Block
+) -> Callable[[FreeBlockQueue[Any] | ListModel[Any]], list[Any]]:
+    """A call that drains ``iter_blocks_after(cursor)`` of a queue or of its model.
+
+    A cursor must be refused by the call itself, not once the iteration starts: an error
+    raised while draining becomes :class:`LateError`, which the model never raises. The model
+    has no sentinels, so for it the queue's own ``head`` means ``None`` (from the front) and
+    its own ``tail`` means the end (nothing after).
+
+    Runtime complexity: O(1), and O(n) for the call it returns
+
+    >>> call = iterate_after(None, Block(), Block())
+    >>> call(ListModel())
+    []
+    """
+
+    def call(target: FreeBlockQueue[Any] | ListModel[Any]) -> list[Any]:
+        start = cursor
+        if isinstance(target, ListModel):
+            if cursor is head:
+                start = None
+            elif cursor is tail:
+                return []
+        iterator = target.iter_blocks_after(start)
+        try:
+            return list(iterator)
+        except Exception as error:  # the call, not the iteration, must refuse a cursor
+            raise LateError(f"{type(error).__name__} while iterating: {error}") from error
+
+    return call
 
 
 @dataclass

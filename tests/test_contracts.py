@@ -47,7 +47,9 @@ def _domain(function: Callable[..., object]) -> Iterator[tuple[Any, ...]]:
         yield from itertools.product(SIZES, range(-3, contracts.UNIVERSE + 3))
     elif name in {"remove_contract", "append_contract", "queries_contract"}:
         yield from itertools.product(SIZES, CODES)
-    elif name == "append_n_contract":
+    elif name == "iter_blocks_after_contract":
+        yield from itertools.product(SIZES, [contracts.NONE, *CODES])
+    elif name in {"append_n_contract", "prepend_n_contract"}:
         for length in range(3):
             for batch in itertools.product(CODES, repeat=length):
                 yield from ((size, list(batch)) for size in SIZES)
@@ -55,7 +57,7 @@ def _domain(function: Callable[..., object]) -> Iterator[tuple[Any, ...]]:
         for length in range(contracts.UNIVERSE + 1):
             yield from ((list(batch),) for batch in itertools.product(SIZES[:-1], repeat=length))
     elif name == "operations_contract":
-        instructions = list(itertools.product(range(5), range(-4, contracts.UNIVERSE)))
+        instructions = list(itertools.product(range(7), range(-4, contracts.UNIVERSE)))
         for length in range(3):
             for program in itertools.product(instructions, repeat=length):
                 yield from ((size, list(program)) for size in SIZES)
@@ -105,7 +107,7 @@ def _failures(function: Callable[..., object], *, first: bool = False) -> tuple[
 
 def test_every_contract_has_conditions() -> None:
     """Each contract function states preconditions and postconditions for CrossHair."""
-    assert len(CONTRACTS) == 8
+    assert len(CONTRACTS) == 10
     for function in CONTRACTS:
         assert _conditions(function, "pre"), function.__name__
         assert _conditions(function, "post"), function.__name__
@@ -141,6 +143,8 @@ def test_contracts_call_every_public_operation(monkeypatch: pytest.MonkeyPatch) 
         "remove",
         "append",
         "append_n",
+        "prepend_n",
+        "iter_blocks_after",
         "get_all_free_blocks",
     }
 

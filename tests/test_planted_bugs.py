@@ -103,6 +103,44 @@ def remove_accepts_sentinel(queue_type: Queue) -> bool:
     return True
 
 
+def prepend_n_reversed(queue_type: Queue) -> bool:
+    """A prepended batch of two starts the queue in the opposite order."""
+    first, second, third = blocks(3)
+    queue = queue_type([third])
+    queue.prepend_n([first, second])
+    front = queue.get_all_free_blocks()[:2]
+    return front[0] is not first or front[1] is not second
+
+
+def prepend_n_not_atomic(queue_type: Queue) -> bool:
+    """A refused prepended batch leaves its first blocks linked."""
+    first, second = blocks(2)
+    queue = queue_type([first])
+    try:
+        queue.prepend_n([second, first])
+    except AlreadyInQueueError:
+        return second.prev_free_block is not None
+    return True
+
+
+def iter_blocks_after_yields_cursor(queue_type: Queue) -> bool:
+    """Iterating after a block yields that block itself first."""
+    first, second = blocks(2)
+    queue = queue_type([first, second])
+    return next(queue.iter_blocks_after(first), None) is first
+
+
+def iter_blocks_after_checks_lazily(queue_type: Queue) -> bool:
+    """A detached cursor is not refused by the call itself."""
+    (block,) = blocks(1)
+    queue = queue_type()
+    try:
+        queue.iter_blocks_after(block)
+    except NotInQueueError:
+        return False
+    return True
+
+
 @dataclass(eq=True, slots=True)
 class ValueBlock(Block):
     """A block with a generated ``__eq__``, like vLLM's dataclass blocks: equal by value."""
@@ -126,6 +164,10 @@ SYMPTOMS: dict[str, Callable[[Queue], bool]] = {
     "append_n_not_atomic": append_n_not_atomic,
     "remove_accepts_sentinel": remove_accepts_sentinel,
     "contains_compares_by_value": contains_compares_by_value,
+    "prepend_n_reversed": prepend_n_reversed,
+    "prepend_n_not_atomic": prepend_n_not_atomic,
+    "iter_blocks_after_yields_cursor": iter_blocks_after_yields_cursor,
+    "iter_blocks_after_checks_lazily": iter_blocks_after_checks_lazily,
 }
 
 
