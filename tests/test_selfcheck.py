@@ -38,16 +38,13 @@ def test_self_check_reports_the_planted_bug(name: str, monkeypatch: pytest.Monke
     assert report.operations < 20_000  # it stopped at the first difference
 
 
-@pytest.mark.xfail(
-    raises=AttributeError,
-    reason="run_self_check reports a queue's QueueError only: the broken chain a non-atomic "
-    "append_n leaves makes a later call raise AttributeError, which escapes",
-)
-def test_self_check_reports_a_non_atomic_append_n(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The self-check reports a non-atomic append_n as a mismatch instead of crashing."""
-    monkeypatch.setattr(selfcheck, "FreeBlockQueue", PLANTED_BUGS["append_n_not_atomic"])
+@pytest.mark.parametrize("name", ["append_n_not_atomic", "prepend_n_not_atomic"])
+def test_self_check_reports_a_non_atomic_batch(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The self-check reports the broken chain a non-atomic batch leaves, instead of crashing."""
+    monkeypatch.setattr(selfcheck, "FreeBlockQueue", PLANTED_BUGS[name])
     report = selfcheck.run_self_check(operations=20_000)
     assert report.mismatch is not None
+    assert "the chain from the head reaches None" in report.mismatch
 
 
 def test_the_production_queue_passes_the_same_run() -> None:

@@ -80,13 +80,15 @@ def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) 
     while report.operations < operations and report.mismatch is None:
         report.operations += 1
         step = _random_step(rng, blocks, model)
+        expected = step.error.__name__ if step.error else "success"
         try:
             got = step.call(queue)
         except QueueError as exc:
             report.rejected += 1
             if step.error is None or not isinstance(exc, step.error):
-                expected = step.error.__name__ if step.error else "success"
                 report.mismatch = f"{step.label}: raised {exc!r}, the list expected {expected}"
+        except Exception as exc:  # a broken queue may fail in any way: a finding, not a crash
+            report.mismatch = f"{step.label}: raised {exc!r}, the list expected {expected}"
         else:
             if step.error is not None:
                 report.mismatch = (
@@ -146,19 +148,54 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
     if batch and rng.random() < 0.1:
         batch.append(batch[0])  # a block repeated within one batch
     repeated = len({id(b) for b in batch}) != len(batch)
+    at_front = roll >= 0.9  # half of the batches go to the front
+    name = "prepend_n" if at_front else "append_n"
+
+    def call(queue: FreeBlockQueue[_Numbered]) -> None:
+        if at_front:
+            queue.prepend_n(batch)
+        else:
+            queue.append_n(batch)
+
     if repeated or any(_position(model, b) >= 0 for b in batch):
-        return _Step(f"append_n({batch!r})", lambda q: q.append_n(batch), AlreadyInQueueError)
-    model.extend(batch)
-    return _Step(f"append_n({batch!r})", lambda q: q.append_n(batch), None)
+        return _Step(f"{name}({batch!r})", call, AlreadyInQueueError)
+    if at_front:
+        model[0:0] = batch
+    else:
+        model.extend(batch)
+    return _Step(f"{name}({batch!r})", call, None)
+
+
+def _walk(queue: FreeBlockQueue[_Numbered], limit: int) -> list[object] | str:
+    """The nodes from the front to the tail sentinel, or what stops the walk within ``limit``."""
+    nodes: list[object] = []
+    node: object = queue.fake_free_list_head.next_free_block
+    while node is not queue.fake_free_list_tail:
+        if len(nodes) == limit:
+            return f"the chain from the head does not reach the tail within {limit} blocks"
+        if not isinstance(node, Block):
+            return f"the chain from the head reaches {node!r} after {len(nodes)} blocks"
+        nodes.append(node)
+        node = node.next_free_block
+    return nodes
 
 
 def _compare(
     queue: FreeBlockQueue[_Numbered], model: list[_Numbered], blocks: list[_Numbered]
 ) -> str | None:
     """Describe the first way the queue differs from the list model, or return ``None``."""
-    contents = queue.get_all_free_blocks()
-    if len(queue) != len(model) or contents != model:
-        return f"queue holds {contents!r} (count {len(queue)}), list model {model!r}"
+    # Walked by hand first, within bounds, so that a broken chain is reported, not followed
+    # forever or into None.
+    walked = _walk(queue, len(blocks))
+    if isinstance(walked, str):
+        return f"{walked} (count {queue.num_free_blocks!r}), list model {model!r}"
+    try:
+        contents = queue.get_all_free_blocks()
+        count = len(queue)
+    except Exception as exc:  # any failure of a queue is the finding
+        return f"get_all_free_blocks() or len() raised {exc!r} on the chain {walked!r}"
+    if count != len(model) or contents != model or walked != model:
+        return f"queue holds {contents!r} (count {count}), list model {model!r}"
     members = {id(b) for b in model}
     for block in blocks:
         if id(block) not in members and (
