@@ -162,3 +162,14 @@ def test_sentinels_carry_block_id_minus_one() -> None:
     queue = FreeBlockQueue[Block]()
     assert queue.fake_free_list_head.block_id == -1  # type: ignore[attr-defined]
     assert queue.fake_free_list_tail.block_id == -1  # type: ignore[attr-defined]
+
+
+def test_frozen_unslotted_dataclass_subclass_is_refused_when_built() -> None:
+    """A frozen dataclass without slots gets __setattr__ after creation: refused at construction."""
+
+    @dataclasses.dataclass(frozen=True)
+    class FrozenBlock(Block):
+        block_id: int
+
+    with pytest.raises(TypeError, match="do not freeze it"):
+        FrozenBlock(1)

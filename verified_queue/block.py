@@ -75,6 +75,36 @@ def _saved_state(cls: type) -> tuple[tuple[str, ...], bool]:
     return tuple(saved), getattr(cls, "__dictoffset__", 0) != 0
 
 
+_OBJECT_SETATTR: Any = object.__setattr__
+_OBJECT_DELATTR: Any = object.__delattr__
+
+#: Block classes already seen to keep object's own attribute setting, so that building a
+#: block pays one set lookup for the check below.
+_PLAIN_ATTRIBUTE_CLASSES: set[type] = set()
+
+
+def _check_attribute_hooks(cls: type) -> None:
+    """Refuse ``cls`` if it sets or deletes attributes its own way; else remember it.
+
+    A hook set on the class after it was created (a frozen, unslotted dataclass
+    does this) escapes ``__init_subclass__``, so the first block built checks.
+    """
+    if cls.__setattr__ is not _OBJECT_SETATTR or cls.__delattr__ is not _OBJECT_DELATTR:
+        raise TypeError(_attribute_hooks_refused(cls))
+    _PLAIN_ATTRIBUTE_CLASSES.add(cls)
+
+
+def _attribute_hooks_refused(cls: type, names: list[str] | None = None) -> str:
+    """The message refusing a Block subclass that re-declares a link or hooks attribute access."""
+    what = ", ".join(names) if names else "__setattr__ or __delattr__"
+    return (
+        f"{cls.__qualname__} re-declares {what} of verified_queue.Block: "
+        "the queue links blocks through Block's own prev_free_block and next_free_block "
+        "slots, which compiled code reaches directly; drop those declarations from the "
+        "subclass (Block already has the links), and do not freeze it"
+    )
+
+
 # Compiled, Block is a native class whose links are C struct fields the compiled
 # queue reads directly; user block types and Sentinel still subclass it freely.
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -108,6 +138,8 @@ class Block:
     next_free_block: Block | None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Block:  # noqa: ARG004 -- the subclass's __init__ takes them
+        if cls not in _PLAIN_ATTRIBUTE_CLASSES:
+            _check_attribute_hooks(cls)
         self = object.__new__(cls)
         # Detached from birth, whatever the subclass's __init__ does.
         self.prev_free_block = None
@@ -158,12 +190,7 @@ class Block:
         super().__init_subclass__(**kwargs)
         redeclared = [name for name in _RESERVED if name in vars(cls)]
         if redeclared:
-            raise TypeError(
-                f"{cls.__qualname__} re-declares {', '.join(redeclared)} of verified_queue.Block: "
-                "the queue links blocks through Block's own prev_free_block and next_free_block "
-                "slots, which compiled code reaches directly; drop those declarations from the "
-                "subclass (Block already has the links), and do not freeze it"
-            )
+            raise TypeError(_attribute_hooks_refused(cls, redeclared))
 
     def __repr__(self) -> str:
         """Name the block's type, identity and link state, never its neighbours.
