@@ -1,0 +1,151 @@
+"""The all-sizes proof (specs/proof.py): it proves the production queue and refutes planted bugs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+z3 = pytest.importorskip("z3", reason="the proof needs z3 (tox -e proof installs it)")
+
+from specs import proof  # noqa: E402  (only once z3 is known to be there)
+from specs.planted_bugs import PLANTED_BUGS  # noqa: E402
+from verified_queue import Block, FreeBlockQueue  # noqa: E402
+
+#: Each planted bug of an operation the proof covers, with that operation.
+REFUTED = [
+    ("remove_forgets_count", "remove", "I2: num_free_blocks counts the blocks"),
+    ("sentinel_returned", "popleft", "raises EmptyQueueError as the model does"),
+    ("remove_accepts_sentinel", "remove", "raises NotInQueueError as the model does"),
+    ("append_skips_double_free_check", "append", "raises AlreadyInQueueError as the model does"),
+    ("popleft_n_off_by_one", "popleft_n", "returns as the model does"),
+]
+
+
+@pytest.mark.parametrize("name", ["lemmas", *proof.OPERATIONS])
+def test_production_operation_is_proved_for_every_size(name: str) -> None:
+    """Every obligation of the operation, translated from queue.py, is valid for all sizes."""
+    results = proof.prove([name])
+    assert results, "an operation with no obligation proves nothing"
+    failed = [(r.name, r.verdict, r.counterexample) for r in results if r.verdict != "proved"]
+    assert failed == []
+
+
+def test_proof_covers_results_invariants_errors_and_frame() -> None:
+    """The obligations name the result, each invariant, the refused calls and the frame."""
+    names = [obligation.name for obligation in proof.obligations("remove")]
+    for expected in (
+        "returns None",
+        "I1: forward links follow the chain afterwards",
+        "I2: num_free_blocks counts the blocks afterwards",
+        "I3: no node appears twice afterwards",
+        "I4: a block in no queue is detached afterwards",
+        "a refused call changes no link",
+        "a refused call keeps the count",
+        "no node outside the queue changes",
+        "no link read of None",
+    ):
+        assert any(expected in name for name in names), expected
+
+
+@pytest.mark.parametrize(("bug", "operation", "goal"), REFUTED)
+def test_planted_bug_yields_a_counterexample(bug: str, operation: str, goal: str) -> None:
+    """z3 finds a counterexample to the planted bug's operation, on the goal the bug breaks."""
+    results = proof.prove([operation], PLANTED_BUGS[bug], stop_at_first_failure=True)
+    last = results[-1]
+    assert last.verdict == "counterexample", (last.name, last.verdict)
+    assert goal in last.name
+
+
+def test_popleft_leaving_links_is_not_proved() -> None:
+    """A popleft that leaves the popped block's links set fails its detached-block obligation."""
+    results = proof.prove(
+        ["popleft"],
+        PLANTED_BUGS["popleft_leaves_links"],
+        stop_at_first_failure=True,
+        timeout_ms=3_000,
+    )
+    assert results[-1].verdict != "proved"
+    assert "detached" in results[-1].name
+
+
+def test_assumptions_are_satisfiable() -> None:
+    """The hypotheses of the proof have models, so it is not proved vacuously."""
+    _heap, ghost = proof._symbolic_state()
+    for name in proof.OPERATIONS:
+        obligations = proof.obligations(name)
+        for obligation in (
+            (obligations[0], obligations[-1]) if name != "popleft_n" else obligations[:1]
+        ):
+            solver = z3.Solver()
+            solver.set("timeout", 10_000)
+            solver.add(*obligation.hypotheses)
+            solver.add(ghost.n == 3)
+            assert solver.check() == z3.sat, (name, obligation.name)
+
+
+class _LoopWithoutInvariant(FreeBlockQueue[Any]):
+    """A popleft with a loop no invariant is stated for."""
+
+    __slots__ = ()
+
+    def popleft(self) -> Any:
+        """Pop the front block the long way."""
+        for _ in range(1):
+            pass
+        return super().popleft()
+
+
+class _UnknownStatement(FreeBlockQueue[Any]):
+    """A remove with a statement the translator does not know."""
+
+    __slots__ = ()
+
+    def remove(self, block: Any) -> None:
+        """Remove ``block`` after a statement the translator must refuse."""
+        del block
+        super().remove(Block())
+
+
+class _UnknownCall(FreeBlockQueue[Any]):
+    """An append that calls a function outside the project."""
+
+    __slots__ = ()
+
+    def append(self, block: Any) -> None:
+        """Append ``block`` after printing it."""
+        print(block)
+        super().append(block)
+
+
+@pytest.mark.parametrize(
+    ("queue_class", "operation", "message"),
+    [
+        (_LoopWithoutInvariant, "popleft", "no loop invariant"),
+        (_UnknownStatement, "remove", "statement Delete"),
+        (_UnknownCall, "append", "call of print"),
+    ],
+)
+def test_translator_refuses_what_it_cannot_translate(
+    queue_class: type, operation: str, message: str
+) -> None:
+    """Code outside the translated subset stops the proof with Unsupported, never skipped."""
+    with pytest.raises(proof.Unsupported, match=message):
+        proof.obligations(operation, queue_class)
+
+
+def test_command_line_reports_every_operation(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m specs.proof`` exits 0 and prints a line per operation with its time."""
+    assert proof.main([]) == 0
+    printed = capsys.readouterr().out
+    for name in ("lemmas", *proof.OPERATIONS):
+        assert f"\n{name}: " in printed
+    assert "every obligation proved" in printed
+
+
+def test_command_line_fails_on_a_planted_bug(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m specs.proof --bug NAME`` exits 1 and prints the counterexample."""
+    assert proof.main(["--bug", "remove_forgets_count"]) == 1
+    printed = capsys.readouterr().out
+    assert "counterexample: remove: block in the queue: I2" in printed
+    assert "NOT PROVED" in printed
