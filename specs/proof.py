@@ -297,6 +297,13 @@ class _Self:
 SELF = _Self()
 
 
+class _Unbound:
+    """A local that a loop binds before reading it, and that has no value before the loop."""
+
+
+UNBOUND = _Unbound()
+
+
 @dataclass(frozen=True)
 class Raised:
     """An exception object bound by ``except ... as name``; only its class is modelled."""
@@ -363,10 +370,23 @@ class LoopView:
     now: State
     entry: State
     ghost: Ghost
+    #: The loop's own ghost variables (see :class:`LoopSpec`), by name.
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: The locals of the calling functions, innermost caller first.
+    callers: tuple[dict[str, Any], ...] = ()
+    #: The loop variable's value in this round (a ``for`` loop's).
+    target: Any = None
 
     def local(self, name: str) -> Any:
         """The current value of local variable ``name``."""
         return self.now.env[name]
+
+    def outer(self, name: str) -> Any:
+        """The value of ``name`` in the nearest calling function that has it."""
+        for env in self.callers:
+            if name in env:
+                return env[name]
+        raise Unsupported(f"loop invariant: no caller has a local {name}")
 
     def items(self, name: str) -> tuple[Any, Any]:
         """The current contents (array, length) of the list held in local ``name``."""
@@ -377,6 +397,22 @@ class LoopView:
 
 
 LoopInvariant = Callable[[LoopView], Any]
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """A loop invariant with ghost variables: their values on entry, and after each round.
+
+    ``formula`` sees the ghost values in :attr:`LoopView.extra`; ``step`` computes them for
+    the next round from the state at the top of a round (the loop variable bound). The ghost
+    values of a round that raises stay visible to the callers' invariants as ``$name``
+    locals, with the round's count as ``$k``.
+    """
+
+    formula: LoopInvariant
+    initial: Callable[[LoopView], dict[str, Any]] | None = None
+    step: Callable[[LoopView], dict[str, Any]] | None = None
+
 
 _LINKS = {"next_free_block": "nxt", "prev_free_block": "prv"}
 _SENTINEL_FIELDS = {"fake_free_list_head": HEAD, "fake_free_list_tail": TAIL}
@@ -448,30 +484,83 @@ def _method(cls: type, name: str, after: type | None = None) -> _Function:
     raise Unsupported(f"{cls.__name__} has no method {name}")
 
 
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
 def _is_project_function(value: object) -> bool:
-    return isinstance(value, FunctionType) and value.__module__.split(".")[0] in (
-        "verified_queue",
-        "specs",
-    )
+    """A function of the project (the package, specs/, tests/), which is inlined; nothing else."""
+    if not isinstance(value, FunctionType):
+        return False
+    if value.__module__.split(".")[0] in ("verified_queue", "specs"):
+        return True
+    filename = Path(value.__code__.co_filename).resolve()
+    return _CHECKOUT in filename.parents and "site-packages" not in filename.parts
 
 
-def _raised_class(value: object, where: str) -> type[BaseException]:
-    """The class ``raise value(...)`` raises: ``value``, or the return type of a builder."""
+#: What a message builder may call without changing any state.
+_PURE_BUILTINS = frozenset(
+    {all, any, getattr, hasattr, id, isinstance, issubclass, len, next, repr, str, type}
+)
+
+
+def _builds_only(function: FunctionType, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether ``function`` only builds a value: it assigns no attribute or item and calls only
+    exception classes, pure builtins and functions of the project that only build too.
+
+    Such a function (``_not_linked``, ``_already_linked``, ...) in ``raise f(...)`` is not
+    executed: only its declared return type, the exception class, matters. Any other is
+    inlined, so that an undo it performs is part of what is proved.
+    """
+    if function.__qualname__ in seen:
+        return True
+    node = _load(None, function).node
+    for inner in ast.walk(node):
+        if isinstance(inner, (ast.Delete, ast.Global, ast.Nonlocal)):
+            return False
+        targets: list[ast.expr] = []
+        if isinstance(inner, ast.Assign):
+            targets = inner.targets
+        elif isinstance(inner, (ast.AugAssign, ast.AnnAssign)):
+            targets = [inner.target]
+        if any(not isinstance(target, ast.Name) for target in targets):
+            return False
+        if isinstance(inner, ast.Call):
+            if not isinstance(inner.func, ast.Name):
+                return False
+            called = function.__globals__.get(inner.func.id, getattr(builtins, inner.func.id, None))
+            if isinstance(called, type) and issubclass(called, BaseException):
+                continue
+            if called in _PURE_BUILTINS:
+                continue
+            if not (
+                _is_project_function(called)
+                and isinstance(called, FunctionType)
+                and _builds_only(called, seen | {function.__qualname__})
+            ):
+                return False
+    return True
+
+
+def _raised_class(value: object) -> type[BaseException] | None:
+    """The class ``raise value(...)`` raises, if known without running ``value``: ``value``
+    itself, or the return type of a function that only builds the exception."""
     if isinstance(value, type) and issubclass(value, BaseException):
         return value
-    if _is_project_function(value):
-        assert isinstance(value, FunctionType)
+    if _is_project_function(value) and isinstance(value, FunctionType) and _builds_only(value):
         returned = typing.get_type_hints(value).get("return")
         if isinstance(returned, type) and issubclass(returned, BaseException):
             return returned
-    raise Unsupported(f"{where}: cannot tell which exception {value!r} raises")
+    return None
 
 
 class Translator:
     """Executes a method's source symbolically, collecting the proof obligations it implies."""
 
     def __init__(
-        self, queue_class: type, loop_invariants: dict[tuple[str, int], LoopInvariant], ghost: Ghost
+        self,
+        queue_class: type,
+        loop_invariants: dict[tuple[str, int], LoopInvariant | LoopSpec],
+        ghost: Ghost,
     ) -> None:
         """Prepare to run methods of ``queue_class`` against the pre-state ``ghost``."""
         self.queue_class = queue_class
@@ -479,6 +568,7 @@ class Translator:
         self.ghost = ghost
         self.obligations: list[Obligation] = []
         self._next_list = 0
+        self._callers: list[dict[str, Any]] = []
 
     # -- entry ----------------------------------------------------------------------------------
 
@@ -515,23 +605,36 @@ class Translator:
     # -- calls ----------------------------------------------------------------------------------
 
     def _call(
-        self, function: _Function, args: Sequence[Any], state: State, where: str
+        self,
+        function: _Function,
+        args: Sequence[Any],
+        state: State,
+        where: str,
+        keywords: dict[str, Any] | None = None,
     ) -> list[_Path]:
         """Inline ``function``; each result is (state, returned value, raised class or None)."""
         spec = function.node.args
-        if spec.vararg or spec.kwarg or spec.kwonlyargs or spec.posonlyargs or spec.defaults:
-            raise Unsupported(f"{where}: only plain positional parameters are translated")
-        if len(spec.args) != len(args):
-            raise Unsupported(f"{where}: {len(args)} arguments for {len(spec.args)} parameters")
+        keywords = keywords or {}
+        if spec.vararg or spec.kwarg or spec.posonlyargs or spec.defaults or any(spec.kw_defaults):
+            raise Unsupported(f"{where}: only parameters without defaults are translated")
+        if len(spec.args) != len(args) or sorted(keywords) != sorted(
+            p.arg for p in spec.kwonlyargs
+        ):
+            raise Unsupported(f"{where}: the arguments do not match {function.qualname}'s")
         caller_env = state.env
         inner = State(
             state.path,
-            {p.arg: a for p, a in zip(spec.args, args, strict=True)},
+            {p.arg: a for p, a in zip(spec.args, args, strict=True)} | keywords,
             state.heap,
             dict(state.lists),
         )
         results: list[_Path] = []
-        for outcome in self._block(function.node.body, inner, function, None):
+        self._callers.insert(0, caller_env)
+        try:
+            outcomes = self._block(function.node.body, inner, function, None)
+        finally:
+            self._callers.pop(0)
+        for outcome in outcomes:
             back = State(outcome.state.path, caller_env, outcome.state.heap, outcome.state.lists)
             if outcome.kind == "raise":
                 results.append((back, None, outcome.value))
@@ -620,12 +723,19 @@ class Translator:
                 if handling is None:
                     raise self._unsupported(function, node, "bare raise outside a handler")
                 return [Outcome("raise", handling, state, where)]
-            callee = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-            if isinstance(callee, ast.Name):
-                cls = _raised_class(self._global(callee.id, function, node), where)
-                # The message is not modelled: only the exception's class is compared.
-                return [Outcome("raise", cls, state, where)]
-            raise self._unsupported(function, node, "raise of an expression")
+            if isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name):
+                built = self._global(node.exc.func.id, function, node)
+                cls = _raised_class(built)
+                if cls is not None:
+                    # The message is not modelled: only the exception's class is compared.
+                    return [Outcome("raise", cls, state, where)]
+            # Anything else is evaluated (an undo helper runs) and must yield an exception.
+            outcomes = []
+            for after, value, raised in self._expression(node.exc, state, function):
+                if raised is None and not isinstance(value, Raised):
+                    raise self._unsupported(function, node, "raise of a non-exception")
+                outcomes.append(Outcome("raise", raised or value.cls, after, where))
+            return outcomes
         if isinstance(node, ast.Return):
             if node.value is None:
                 return [Outcome("return", NONE, state, where)]
@@ -639,8 +749,8 @@ class Translator:
             )
         if isinstance(node, ast.Try):
             return self._try(node, state, function)
-        if isinstance(node, ast.For):
-            return self._for(node, state, function)
+        if isinstance(node, (ast.For, ast.While)):
+            return self._loop(node, state, function)
         raise self._unsupported(function, node, f"statement {type(node).__name__}")
 
     def _then(
@@ -700,44 +810,52 @@ class Translator:
                 outcomes.append(outcome)
         return outcomes
 
-    def _for(  # noqa: PLR0915 -- the loop rule is one piece: entry, havoc, step, exit
-        self, node: ast.For, state: State, function: _Function
+    def _loop(  # noqa: PLR0915 -- the loop rule is one piece: entry, havoc, round, exit
+        self, node: ast.For | ast.While, state: State, function: _Function
     ) -> list[Outcome]:
+        """Cut a loop with its stated invariant: it must hold on entry and after any round that
+        starts where it holds; after the loop only the invariant (and the exit) is known."""
         where = self._where(function, node)
-        if node.orelse or not isinstance(node.target, ast.Name):
-            raise self._unsupported(function, node, "for with else, or with a non-name target")
+        if node.orelse:
+            raise self._unsupported(function, node, "loop with else")
         key = (function.qualname, function.loops[id(node)])
-        invariant = self.loop_invariants.get(key)
-        if invariant is None:
+        found = self.loop_invariants.get(key)
+        if found is None:
             raise self._unsupported(function, node, f"no loop invariant for loop {key}")
+        spec = found if isinstance(found, LoopSpec) else LoopSpec(found)
+        builders = set()
         for inner in ast.walk(node):
-            if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Raise, ast.Try)):
-                raise self._unsupported(
-                    function, inner, "break, continue, return, raise or try in a loop"
-                )
-        iterated = node.iter
-        items = None
-        if (
-            isinstance(iterated, ast.Call)
-            and isinstance(iterated.func, ast.Name)
-            and self._global(iterated.func.id, function, node) is range
-            and len(iterated.args) == 1
-        ):
-            (results,) = self._expression(iterated.args[0], state, function)
-            state, stop, _ = results
-            if not z3.is_int(stop):
-                raise self._unsupported(function, node, "range of a non-integer")
-            bound = z3.If(stop < 0, 0, stop)
-        else:
-            (results,) = self._expression(iterated, state, function)
-            state, iterable, _ = results
-            if not isinstance(iterable, ListRef):
-                raise self._unsupported(
-                    function, node, "for over something other than range or a list"
-                )
-            items, bound = state.lists[iterable.ident]
+            if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Try)):
+                raise self._unsupported(function, inner, "break, continue, return or try in a loop")
+            if isinstance(inner, ast.Raise) and isinstance(inner.exc, ast.Call):
+                builders.add(id(inner.exc))
+        items = iterable = None
+        bound: Any = None
+        target = None
+        if isinstance(node, ast.For):
+            if not isinstance(node.target, ast.Name):
+                raise self._unsupported(function, node, "for with a non-name target")
+            target = node.target.id
+            iterated = node.iter
+            if (
+                isinstance(iterated, ast.Call)
+                and isinstance(iterated.func, ast.Name)
+                and self._global(iterated.func.id, function, node) is range
+                and len(iterated.args) == 1
+            ):
+                ((state, stop, _),) = self._expression(iterated.args[0], state, function)
+                if not z3.is_int(stop):
+                    raise self._unsupported(function, node, "range of a non-integer")
+                bound = z3.If(stop < 0, 0, stop)
+            else:
+                ((state, iterable, _),) = self._expression(iterated, state, function)
+                if not isinstance(iterable, ListRef):
+                    raise self._unsupported(
+                        function, node, "for over something other than range or a list"
+                    )
+                items, bound = state.lists[iterable.ident]
         # Everything the body may change is replaced by fresh values constrained by the invariant.
-        assigned: set[str] = {node.target.id}
+        assigned: set[str] = set()
         writes_heap = writes_count = False
         written_lists: set[int] = set()
         for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
@@ -746,32 +864,44 @@ class Translator:
                 targets = inner.targets
             elif isinstance(inner, (ast.AugAssign, ast.AnnAssign)):
                 targets = [inner.target]
-            for target in targets:
-                if isinstance(target, ast.Name):
-                    assigned.add(target.id)
-                elif isinstance(target, ast.Attribute) and target.attr in _LINKS:
+            for assigned_to in targets:
+                if isinstance(assigned_to, ast.Name):
+                    assigned.add(assigned_to.id)
+                elif isinstance(assigned_to, ast.Attribute) and assigned_to.attr in _LINKS:
                     writes_heap = True
-                elif isinstance(target, ast.Attribute) and target.attr == "num_free_blocks":
+                elif (
+                    isinstance(assigned_to, ast.Attribute) and assigned_to.attr == "num_free_blocks"
+                ):
                     writes_count = True
-                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-                    ref = state.env.get(target.value.id)
+                elif isinstance(assigned_to, ast.Subscript) and isinstance(
+                    assigned_to.value, ast.Name
+                ):
+                    ref = state.env.get(assigned_to.value.id)
                     if not isinstance(ref, ListRef):
-                        raise self._unsupported(function, target, "item assignment to a non-list")
+                        raise self._unsupported(
+                            function, assigned_to, "item assignment to a non-list"
+                        )
                     written_lists.add(ref.ident)
                 else:
-                    raise self._unsupported(function, target, "loop assigns an unknown target")
-            if isinstance(inner, ast.Call):
+                    raise self._unsupported(function, assigned_to, "loop assigns an unknown target")
+            # A call could change anything; only those that build an exception to raise are
+            # allowed, and they are checked to build only.
+            if isinstance(inner, ast.Call) and not (
+                id(inner) in builders
+                and isinstance(inner.func, ast.Name)
+                and _raised_class(self._global(inner.func.id, function, inner)) is not None
+            ):
                 raise self._unsupported(function, inner, "call inside a loop body")
-        if items is not None and isinstance(node.iter, ast.Name):
-            ref = state.env[node.iter.id]
-            if ref.ident in written_lists:
-                raise self._unsupported(function, node, "a loop writes the list it iterates")
+        if iterable is not None and iterable.ident in written_lists:
+            raise self._unsupported(function, node, "a loop writes the list it iterates")
         havoc = State(state.path, dict(state.env), state.heap, dict(state.lists))
-        for name in assigned - {node.target.id}:
-            if name not in state.env or not isinstance(state.env[name], z3.ExprRef):
-                raise self._unsupported(
-                    function, node, f"loop variable {name} has no value before the loop"
-                )
+        for name in assigned - {target}:
+            if name not in state.env:
+                # First bound inside the loop: a round must bind it before reading it.
+                havoc.env[name] = UNBOUND
+                continue
+            if not isinstance(state.env[name], z3.ExprRef):
+                raise self._unsupported(function, node, f"loop variable {name} is not a value")
             havoc.env[name] = z3.FreshConst(state.env[name].sort(), name)
         if writes_heap or writes_count:
             havoc.heap = Heap(
@@ -782,28 +912,58 @@ class Translator:
         for ident in written_lists:
             array, length = state.lists[ident]
             havoc.lists[ident] = (z3.FreshConst(array.sort(), "list"), length)
-        k = z3.FreshInt("k")
-        if items is not None:
+        if iterable is not None:
             items = havoc.lists[iterable.ident][0]
-        self._oblige(
-            state,
-            f"loop invariant {key} holds on entry",
-            where,
-            invariant(LoopView(z3.IntVal(0), bound, state, state, self.ghost)),
-        )
-        holds = invariant(LoopView(k, bound, havoc, state, self.ghost))
-        step = havoc.assume(z3.And(k >= 0, k < bound, holds))
-        step.env[node.target.id] = k if items is None else items[k]
-        for outcome in self._block(node.body, step, function, None):
-            self._oblige(
-                outcome.state,
-                f"loop invariant {key} is preserved by an iteration",
-                where,
-                invariant(LoopView(k + 1, bound, outcome.state, state, self.ghost)),
-            )
-        done = havoc.assume(z3.And(k == bound, holds))
-        done.env[node.target.id] = z3.FreshConst(NODE if items is not None else z3.IntSort())
-        return [Outcome("fall", None, done, where)]
+        callers = tuple(self._callers)
+
+        def view(k: Any, now: State, extra: dict[str, Any]) -> LoopView:
+            return LoopView(k, bound, now, state, self.ghost, extra, callers)
+
+        at_entry = view(z3.IntVal(0), state, {})
+        initial = spec.initial(at_entry) if spec.initial else {}
+        at_entry.extra = initial
+        self._oblige(state, f"loop invariant {key} holds on entry", where, spec.formula(at_entry))
+        k = z3.FreshInt("k")
+        extra = {name: z3.FreshConst(value.sort(), name) for name, value in initial.items()}
+        holds = spec.formula(view(k, havoc, extra))
+        limits = [k >= 0] if bound is None else [k >= 0, k < bound]
+        top = havoc.assume(z3.And(*limits, holds))
+        top.env["$k"] = k
+        top.env.update({f"${name}": value for name, value in extra.items()})
+        outcomes: list[Outcome] = []
+        if isinstance(node, ast.For):
+            if target is None:
+                raise self._unsupported(function, node, "for without a target")
+            top.env[target] = k if items is None else items[k]
+            rounds = [top]
+            exits = [havoc.assume(z3.And(k == bound, holds))]
+        else:
+            rounds, exits = [], []
+            for after, value, raised in self._expression(node.test, top, function):
+                condition = self._truth(value, function, node) if raised is None else None
+                if raised is not None or isinstance(condition, bool):
+                    raise self._unsupported(function, node, "while test of this kind")
+                rounds.append(after.assume(condition))
+                exits.append(after.assume(z3.Not(condition)))
+        for start in rounds:
+            at_top = view(k, start, extra)
+            at_top.target = start.env.get(target) if target is not None else None
+            following = spec.step(at_top) if spec.step else {}
+            for outcome in self._block(node.body, start, function, None):
+                if outcome.kind == "raise":
+                    outcomes.append(outcome)
+                    continue
+                self._oblige(
+                    outcome.state,
+                    f"loop invariant {key} is preserved by a round",
+                    where,
+                    spec.formula(view(k + 1, outcome.state, following)),
+                )
+        for done in exits:
+            if target is not None:
+                done.env[target] = z3.FreshConst(NODE if items is not None else z3.IntSort())
+            outcomes.append(Outcome("fall", None, done, where))
+        return outcomes
 
     def _store(self, target: ast.expr, value: Any, state: State, function: _Function) -> State:
         if isinstance(target, ast.Name):
@@ -884,6 +1044,8 @@ class Translator:
             if node.id == "self" and "self" in state.env:
                 return [(state, state.env["self"], None)]
             if node.id in state.env:
+                if state.env[node.id] is UNBOUND:
+                    raise self._unsupported(function, node, f"{node.id} may be unbound here")
                 return [(state, state.env[node.id], None)]
             return [(state, self._global(node.id, function, node), None)]
         if isinstance(node, ast.Attribute):
@@ -960,6 +1122,10 @@ class Translator:
             return results
         if isinstance(node, ast.Call):
             return self._call_expression(node, state, function)
+        if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Name) for e in node.elts):
+            values = tuple(self._expression(e, state, function)[0][1] for e in node.elts)
+            if all(isinstance(v, type) for v in values):
+                return [(state, values, None)]
         raise self._unsupported(function, node, f"expression {type(node).__name__}")
 
     def _boolean(self, node: ast.BoolOp, state: State, function: _Function) -> list[_Path]:
@@ -1045,9 +1211,9 @@ class Translator:
                 return arithmetic[type(op)](left, right)
         raise self._unsupported(function, node, f"operator {type(op).__name__} on these values")
 
-    def _call_expression(self, node: ast.Call, state: State, function: _Function) -> list[_Path]:
-        if node.keywords:
-            raise self._unsupported(function, node, "keyword arguments")
+    def _call_expression(  # noqa: PLR0915 -- one branch per kind of callee
+        self, node: ast.Call, state: State, function: _Function
+    ) -> list[_Path]:
         callee: _Function | None = None
         bound: list[Any] = []
         if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
@@ -1089,13 +1255,18 @@ class Translator:
                 if not isinstance(value, Raised):
                     raise self._unsupported(function, node, "isinstance of a non-exception")
                 return [(after, issubclass(value.cls, classes), None)]
+            cls = _raised_class(target)
+            if cls is not None:
+                return [(state, Raised(cls), None)]  # an exception built, not raised
             if _is_project_function(target):
                 callee = _load(None, target)
         if callee is None:
             raise self._unsupported(function, node, f"call of {ast.unparse(node.func)}")
+        if any(keyword.arg is None for keyword in node.keywords):
+            raise self._unsupported(function, node, "** argument")
         # Evaluate the arguments left to right, then inline the callee on each path.
         paths: list[tuple[State, list[Any]]] = [(state, list(bound))]
-        for argument in node.args:
+        for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
             if isinstance(argument, ast.Starred):
                 raise self._unsupported(function, node, "starred argument")
             extended = []
@@ -1105,9 +1276,14 @@ class Translator:
                         raise self._unsupported(function, node, "raise inside an argument")
                     extended.append((after, [*values, value]))
             paths = extended
+        names = [str(keyword.arg) for keyword in node.keywords]
         results = []
         for current, values in paths:
-            results += self._call(callee, values, current, self._where(function, node))
+            positional = values[: len(values) - len(names)]
+            keywords = dict(zip(names, values[len(positional) :], strict=True))
+            results += self._call(
+                callee, positional, current, self._where(function, node), keywords
+            )
         return results
 
 
@@ -1252,6 +1428,81 @@ def _popleft_n_cases(ghost: Ghost, args: Sequence[Any]) -> list[Case]:
     ]
 
 
+def _admissible(ghost: Ghost, node: Any) -> Any:
+    """What ListModel's batches accept, besides not repeating: no sentinel, linked nowhere."""
+    return z3.And(ghost.pos[node] == -1, z3.Not(IS_SENTINEL(node)), z3.Not(LINKED_ELSEWHERE(node)))
+
+
+def _batch_cases(front: bool) -> Callable[[Ghost, Sequence[Any]], list[Case]]:
+    """ListModel.append_n (``front=False``) or prepend_n: all or nothing."""
+
+    def cases(ghost: Ghost, args: Sequence[Any]) -> list[Case]:
+        at, pos, n = ghost.at, ghost.pos, ghost.n
+        ((items, length),) = args
+        i, j, y = z3.Int("i"), z3.Int("j"), z3.Const("y", NODE)
+        in_batch = z3.And(j >= 0, j < length)
+        every_admissible = _forall(
+            [j], z3.Implies(in_batch, _admissible(ghost, items[j])), patterns=[items[j]]
+        )
+        distinct = z3.ForAll(
+            [i, j],
+            z3.Implies(z3.And(in_batch, i >= 0, i < length, items[i] == items[j]), i == j),
+        )
+        # The position of each block in the batch: it exists exactly when no block repeats,
+        # so assuming it where the model accepts the batch loses no case.
+        index = z3.Array("batch_index", NODE, z3.IntSort())
+        inverse = z3.And(
+            _forall([j], z3.Implies(in_batch, index[items[j]] == j), patterns=[items[j]]),
+            _forall(
+                [y],
+                z3.Or(
+                    index[y] == -1,
+                    z3.And(index[y] >= 0, index[y] < length, items[index[y]] == y),
+                ),
+                patterns=[index[y]],
+            ),
+        )
+        if front:
+            after = Ghost(
+                z3.Lambda(
+                    [i], z3.If(i == 0, HEAD, z3.If(i <= length, items[i - 1], at[i - length]))
+                ),
+                z3.Lambda(
+                    [y],
+                    z3.If(index[y] >= 0, index[y] + 1, z3.If(pos[y] >= 1, pos[y] + length, pos[y])),
+                ),
+                n + length,
+            )
+        else:
+            after = Ghost(
+                z3.Lambda(
+                    [i], z3.If(i <= n, at[i], z3.If(i <= n + length, items[i - n - 1], TAIL))
+                ),
+                z3.Lambda(
+                    [y],
+                    z3.If(
+                        y == TAIL, n + length + 1, z3.If(index[y] >= 0, n + 1 + index[y], pos[y])
+                    ),
+                ),
+                n + length,
+            )
+        return [
+            Case(
+                "a block is a sentinel, linked or repeated",
+                z3.Not(z3.And(every_admissible, distinct)),
+                raises=errors.AlreadyInQueueError,
+            ),
+            Case(
+                "every block may join",
+                z3.And(every_admissible, distinct, inverse),
+                ghost=after,
+                result=lambda value, _state: [("returns None", value == NONE)],
+            ),
+        ]
+
+    return cases
+
+
 @dataclass(frozen=True)
 class Operation:
     """An operation to prove: its arguments' kinds and the model's cases."""
@@ -1274,6 +1525,8 @@ OPERATIONS: dict[str, Operation] = {
     "remove": Operation("remove", ("block",), _remove_cases, _remove_precondition),
     "append": Operation("append", ("block",), _append_cases),
     "popleft_n": Operation("popleft_n", ("count",), _popleft_n_cases),
+    "append_n": Operation("append_n", ("batch",), _batch_cases(front=False)),
+    "prepend_n": Operation("prepend_n", ("batch",), _batch_cases(front=True)),
 }
 
 
@@ -1302,9 +1555,96 @@ def _popleft_n_detach(view: LoopView) -> Any:
     )
 
 
+def _batch_link(view: LoopView) -> Any:
+    """append_n's and prepend_n's loop after k rounds: ``batch[:k]`` is linked after ``before``.
+
+    Each of them was admissible and is new (``index`` numbers them: no repeat), and is linked
+    behind the previous one; ``last`` is the last linked; the last one's forward link is still
+    None and the block after the run still names ``before``: nothing else changed.
+    """
+    items, _length = view.items("batch")
+    k, pos = view.k, view.ghost.pos
+    before = view.entry.env["last"]
+    index = view.extra["index"]
+    now, entry = view.now.heap, view.entry.heap
+    j, y = z3.Int("j"), z3.Const("y", NODE)
+    linked = z3.And(
+        _admissible(view.ghost, items[j]),
+        index[items[j]] == j,
+        now.prv[items[j]] == z3.If(j == 0, before, items[j - 1]),
+        now.nxt[items[j]] == z3.If(j + 1 < k, items[j + 1], NONE),
+    )
+    return z3.And(
+        pos[before] >= 0,
+        view.local("last") == z3.If(k == 0, before, items[k - 1]),
+        now.nxt[before] == z3.If(k == 0, entry.nxt[before], items[0]),
+        now.prv[before] == entry.prv[before],
+        _forall([j], z3.Implies(z3.And(j >= 0, j < k), linked), patterns=[items[j]]),
+        _forall(
+            [y],
+            z3.Or(index[y] == -1, z3.And(index[y] >= 0, index[y] < k, items[index[y]] == y)),
+            patterns=[index[y]],
+        ),
+        _forall(
+            [y],
+            z3.Implies(
+                z3.And(index[y] == -1, y != before),
+                z3.And(now.nxt[y] == entry.nxt[y], now.prv[y] == entry.prv[y]),
+            ),
+            patterns=[now.nxt[y], now.prv[y]],
+        ),
+    )
+
+
+_BATCH_LOOP = LoopSpec(
+    _batch_link,
+    initial=lambda _view: {"index": z3.K(NODE, z3.IntVal(-1))},
+    step=lambda view: {"index": z3.Store(view.extra["index"], view.target, view.k)},
+)
+
+
+def _batch_unlink(view: LoopView) -> Any:
+    """_unlink_run's loop after t rounds: the last t blocks the failed batch linked are detached.
+
+    It walks back from the batch's ``last`` to ``before_run``; the batch loop's round count
+    ``$k`` and numbering ``$index`` at the raise say which blocks those are.
+    """
+    ref = view.outer("batch")
+    if not isinstance(ref, ListRef):
+        raise Unsupported("the undo's caller has no batch list")
+    items, _length = view.now.lists[ref.ident]
+    k, index, t = view.outer("$k"), view.outer("$index"), view.k
+    before = view.local("before_run")
+    now, raised = view.now.heap, view.entry.heap
+    j, y = z3.Int("j"), z3.Const("y", NODE)
+    return z3.And(
+        t <= k,
+        view.local("block") == z3.If(t == k, before, items[k - 1 - t]),
+        _forall(
+            [j],
+            z3.Implies(
+                z3.And(k - t <= j, j < k),
+                z3.And(now.nxt[items[j]] == NONE, now.prv[items[j]] == NONE),
+            ),
+            patterns=[items[j]],
+        ),
+        _forall(
+            [y],
+            z3.Implies(
+                z3.Not(z3.And(index[y] >= 0, index[y] >= k - t)),
+                z3.And(now.nxt[y] == raised.nxt[y], now.prv[y] == raised.prv[y]),
+            ),
+            patterns=[now.nxt[y], now.prv[y]],
+        ),
+    )
+
+
 #: The loop invariants, by (function, loop's ordinal in it); each is checked, not trusted.
-LOOP_INVARIANTS: dict[tuple[str, int], LoopInvariant] = {
+LOOP_INVARIANTS: dict[tuple[str, int], LoopInvariant | LoopSpec] = {
     ("FreeBlockQueue.popleft_n", 0): _popleft_n_detach,
+    ("FreeBlockQueue.append_n", 0): _BATCH_LOOP,
+    ("FreeBlockQueue.prepend_n", 0): _BATCH_LOOP,
+    ("_unlink_run", 0): _batch_unlink,
 }
 
 
@@ -1370,27 +1710,51 @@ def lemma_obligations() -> list[Obligation]:
     ]
 
 
-def prove_operation(name: str, queue_class: type = FreeBlockQueue) -> list[Obligation]:
+def prove_operation(
+    name: str,
+    queue_class: type = FreeBlockQueue,
+    loop_invariants: dict[tuple[str, int], LoopInvariant | LoopSpec] | None = None,
+) -> list[Obligation]:
     """Translate ``queue_class.name`` and list its obligations: the code's, and the model's."""
     operation = OPERATIONS[name]
     heap, ghost = _symbolic_state()
-    args = [
-        z3.Const("block", NODE) if kind == "block" else z3.Int("count")
-        for kind in operation.arguments
-    ]
     pre = _world() + [formula for _name, formula in invariants(heap, ghost)]
     # The lemmas are proved once, by lemma_obligations(), and assumed here.
     pre += [formula for _name, formula in lemmas(heap, ghost)]
-    for kind, value in zip(operation.arguments, args, strict=True):
+    args: list[Any] = []  # what the method receives
+    spec_args: list[Any] = []  # what the model's cases read
+    lists: dict[int, tuple[Any, Any]] = {}
+    for kind in operation.arguments:
         if kind == "block":
-            pre.append(value != NONE)  # assumed: a block, not None
+            block = z3.Const("block", NODE)
+            pre.append(block != NONE)  # assumed: a block, not None
+            args.append(block)
+            spec_args.append(block)
+        elif kind == "count":
+            count = z3.Int("count")  # assumed: exactly an int
+            args.append(count)
+            spec_args.append(count)
+        else:  # a batch: assumed exactly a list, of blocks
+            items, length = z3.Array("batch", z3.IntSort(), NODE), z3.Int("length")
+            j = z3.Int("j")
+            pre.append(length >= 0)
+            pre.append(
+                _forall(
+                    [j],
+                    z3.Implies(z3.And(j >= 0, j < length), items[j] != NONE),
+                    patterns=[items[j]],
+                )
+            )
+            lists[0] = (items, length)
+            args.append(ListRef(0))
+            spec_args.append((items, length))
     if operation.precondition is not None:
-        pre.append(operation.precondition(ghost, args))
-    translator = Translator(queue_class, LOOP_INVARIANTS, ghost)
-    start = State(tuple(pre), {}, heap, {})
+        pre.append(operation.precondition(ghost, spec_args))
+    translator = Translator(queue_class, loop_invariants or LOOP_INVARIANTS, ghost)
+    start = State(tuple(pre), {}, heap, lists)
     outcomes = translator.run(name, args, start)
     goals = list(translator.obligations)
-    for case in operation.cases(ghost, args):
+    for case in operation.cases(ghost, spec_args):
         for outcome in outcomes:
             hypotheses = (*outcome.state.path, case.condition)
             for goal_name, goal in _case_goals(case, outcome, heap, ghost):
@@ -1437,11 +1801,15 @@ def check(obligation: Obligation, timeout_ms: int = 20_000) -> tuple[str, float,
     return "unknown", seconds, solver.reason_unknown()
 
 
-def obligations(name: str, queue_class: type = FreeBlockQueue) -> list[Obligation]:
+def obligations(
+    name: str,
+    queue_class: type = FreeBlockQueue,
+    loop_invariants: dict[tuple[str, int], LoopInvariant | LoopSpec] | None = None,
+) -> list[Obligation]:
     """The obligations of operation ``name`` on ``queue_class``, or of ``"lemmas"``."""
     if name == "lemmas":
         return lemma_obligations()
-    return prove_operation(name, queue_class)
+    return prove_operation(name, queue_class, loop_invariants)
 
 
 def prove(
@@ -1449,11 +1817,16 @@ def prove(
     queue_class: type = FreeBlockQueue,
     stop_at_first_failure: bool = False,
     timeout_ms: int = 20_000,
+    loop_invariants: dict[tuple[str, int], LoopInvariant | LoopSpec] | None = None,
 ) -> list[Result]:
-    """Check every obligation of ``names`` (operations, or ``"lemmas"``); one result each."""
+    """Check every obligation of ``names`` (operations, or ``"lemmas"``); one result each.
+
+    ``loop_invariants`` replaces :data:`LOOP_INVARIANTS` (a planted bug's loops have names of
+    their own).
+    """
     results: list[Result] = []
     for name in names:
-        for obligation in obligations(name, queue_class):
+        for obligation in obligations(name, queue_class, loop_invariants):
             verdict, seconds, detail = check(obligation, timeout_ms)
             results.append(
                 Result(name, obligation.name, obligation.where, verdict, seconds, detail)
