@@ -1,16 +1,20 @@
 """A proof, for queues of every size, that the production queue's operations are correct.
 
 The bounded layers (the exhaustive check, the CrossHair contracts) stop at 7 or 8 blocks. This
-module proves with the z3 SMT solver, for every queue length ``n >= 0`` at once, that
-``popleft``, ``remove``, ``append`` and ``popleft_n`` of :class:`~verified_queue.FreeBlockQueue`
+module proves with the z3 SMT solver, for every queue length ``n >= 0`` (and every batch
+length) at once, that ``popleft``, ``remove``, ``append``, ``popleft_n``, ``append_n`` and
+``prepend_n`` of :class:`~verified_queue.FreeBlockQueue`
 
 * preserve the invariants I1 to I4 of ``verified_queue/queue.py``,
 * act on the sequence of blocks exactly as :class:`specs.model.ListModel` does: the same
   result, the same exception class, the same new sequence and count,
-* leave every link and the count exactly as they were when they raise,
-* touch no block outside the queue except the one they are given, and
-* never read a link of ``None`` (so the ``except (AttributeError, TypeError)`` handlers
-  around the link reads are unreachable on a healthy queue).
+* leave every link and the count exactly as they were when they raise (for a refused batch,
+  after the undo of the blocks already linked),
+* touch no block outside the queue except those they are given, and
+* never read or write a link of ``None`` nor index a list out of range, so the
+  ``except (AttributeError, TypeError)`` handlers around the link reads, and the
+  ``InvariantViolation`` paths for a sentinel whose link outside code destroyed, are
+  unreachable on a healthy queue.
 
 The heap is symbolic: ``next_free_block`` and ``prev_free_block`` are two z3 arrays from nodes
 to nodes (``None`` is one more node), the count is an integer. A ghost array ``at`` lists the
@@ -20,29 +24,33 @@ formulas over them (:func:`invariants`).
 
 The operations are not retyped here. :class:`Translator` reads the methods' source with
 :mod:`ast` and executes it symbolically: attribute reads and writes of the two links become
-array selects and stores, ``self.num_free_blocks`` an integer, ``if ...: raise`` a fork of the
-path, calls to helpers of the same modules are inlined, ``for`` loops are cut by the loop
-invariants of :data:`LOOP_INVARIANTS`, which z3 checks on entry and across one iteration. A
-statement or expression it does not know raises :class:`Unsupported`: nothing is skipped.
-So an edit to ``queue.py`` changes what is proved, and a planted bug's method (translated the
-same way) yields a counterexample.
+array selects and stores, ``self.num_free_blocks`` an integer, ``if`` a fork of the path,
+``try`` sends what the body raises to the matching handler, calls to the project's functions
+are inlined (in ``raise f(...)`` only the class matters when ``f`` provably only builds the
+exception), and ``for`` and ``while`` loops are cut by the invariants of
+:data:`LOOP_INVARIANTS`, which z3 checks on entry and across one round. A statement or
+expression it does not know raises :class:`Unsupported`: nothing is skipped. So an edit to
+``queue.py`` changes what is proved, and a planted bug's method, translated the same way,
+fails the proof.
 
-Assumed, not proved (README.md, "A proof for all sizes", says the same):
+Assumed, not proved (README.md, "A proof for every size", says the same):
 
 * the arguments have the types the signatures say: blocks are blocks (nodes other than
-  ``None``), a count is an exact ``int`` (``type(n) is int``), a batch an exact ``list``; the
-  ``WrongTypeError`` paths (``_count_argument``, ``_not_a_block``) are thus not covered;
+  ``None``), a count is an exact ``int`` (``type(n) is int``), a batch an exact ``list`` of
+  blocks; the ``WrongTypeError`` paths (``_count_argument``, ``_not_a_block``) are not covered;
 * no asynchronous exception (``KeyboardInterrupt`` from a signal) interrupts an operation, so
-  ``popleft_n``'s ``except BaseException`` undo path is not covered;
+  the undo that only a signal reaches (``popleft_n``'s ``_relink_taken``) is not covered;
 * the heap outside this queue is well formed: a block in no queue is detached, a block in
   another queue has both links set, another queue's sentinel exactly one; ``remove`` is not
   given a block linked in *another* queue (the documented precondition; check mode enforces
   it);
-* exception messages are not compared, only exception classes;
+* only exception classes are compared, not messages; loops are proved partially correct
+  (``_unlink_run``'s walk back is not proved to end; the ``for`` loops end by construction);
 * the translation: Python's semantics of the statements the translator accepts (a list is a
-  value with an identity, ``x.next_free_block`` a field), and z3's correctness.
+  value with an identity, ``x.next_free_block`` a field), and z3's correctness. The compiled
+  build is mypyc's compilation of the same source.
 
-Run ``python -m specs.proof`` (``tox -e proof``) for a report with each obligation's time.
+Run ``python -m specs.proof`` (``tox -e proof``) for a report with each operation's time.
 """
 
 from __future__ import annotations
@@ -862,7 +870,7 @@ class Translator:
             targets: list[ast.expr] = []
             if isinstance(inner, ast.Assign):
                 targets = inner.targets
-            elif isinstance(inner, (ast.AugAssign, ast.AnnAssign)):
+            elif isinstance(inner, (ast.AugAssign, ast.AnnAssign, ast.For)):
                 targets = [inner.target]
             for assigned_to in targets:
                 if isinstance(assigned_to, ast.Name):
@@ -1777,12 +1785,18 @@ class Result:
 
 
 def _describe_model(model: Any) -> str:
-    """The integers of a counterexample (the size, the count, positions) in one line."""
-    shown = []
-    for declaration in sorted(model.decls(), key=str):
-        if declaration.arity() == 0 and z3.is_int(declaration()):
-            shown.append(f"{declaration.name()}={model[declaration]}")
-    return ", ".join(shown[:8])
+    """The sizes and the argument of a counterexample, in one line."""
+    heap, ghost = _symbolic_state()
+    names = {declaration.name() for declaration in model.decls()}
+    shown = [f"len(queue)={model.eval(ghost.n, model_completion=True)}"]
+    shown.append(f"num_free_blocks={model.eval(heap.num, model_completion=True)}")
+    if "block" in names:
+        where = model.eval(ghost.pos[z3.Const("block", NODE)], model_completion=True)
+        shown.append(f"block at position {where} (0 head, -1 outside the queue)")
+    for argument in ("count", "length"):
+        if argument in names:
+            shown.append(f"{argument}={model.eval(z3.Int(argument))}")
+    return ", ".join(shown)
 
 
 def check(obligation: Obligation, timeout_ms: int = 20_000) -> tuple[str, float, str]:
