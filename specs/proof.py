@@ -426,13 +426,15 @@ _LINKS = {"next_free_block": "nxt", "prev_free_block": "prv"}
 _SENTINEL_FIELDS = {"fake_free_list_head": HEAD, "fake_free_list_tail": TAIL}
 _EXCEPTION_HANDLERS_PROVED_UNREACHABLE = (AttributeError, TypeError)
 
-_source_cache: dict[str, ast.Module] = {}
+_source_cache: dict[tuple[str, str], ast.Module] = {}
 
 
 def _module_ast(filename: str) -> ast.Module:
-    if filename not in _source_cache:
-        _source_cache[filename] = ast.parse(Path(filename).read_text(encoding="utf-8"), filename)
-    return _source_cache[filename]
+    """The parsed source of ``filename`` as it is now (an edited file is parsed again)."""
+    source = Path(filename).read_text(encoding="utf-8")
+    if (filename, source) not in _source_cache:
+        _source_cache[filename, source] = ast.parse(source, filename)
+    return _source_cache[filename, source]
 
 
 def _source_file(module: ModuleType) -> str:

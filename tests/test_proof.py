@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +15,7 @@ z3 = pytest.importorskip("z3", reason="the proof needs z3 (tox -e proof installs
 from specs import proof  # noqa: E402  (only once z3 is known to be there)
 from specs.planted_bugs import PLANTED_BUGS  # noqa: E402
 from verified_queue import Block, FreeBlockQueue  # noqa: E402
+from verified_queue import queue as queue_module  # noqa: E402
 
 #: Each planted bug of an operation the proof covers, with that operation.
 REFUTED = [
@@ -89,6 +94,67 @@ def test_batch_that_is_not_atomic_is_not_proved(bug: str, operation: str) -> Non
     )
     assert results[-1].verdict != "proved"
     assert "a refused call changes no link" in results[-1].name
+
+
+#: One-line edits of queue.py, each a bug: the operation whose proof it breaks, and the goal.
+EDITS = [
+    ("popleft_n", "        block.prev_free_block = head\n", "", "back links"),
+    (
+        "remove",
+        "        after.prev_free_block = before\n",
+        "        after.prev_free_block = node\n",
+        "back links",
+    ),
+    ("append_n", "        tail.prev_free_block = last\n", "", "back links"),
+    (
+        "prepend_n",
+        "        after.prev_free_block = last\n",
+        "        after.prev_free_block = head\n",
+        "back links",
+    ),
+    # The undo of a refused batch forgets to rejoin the ends.
+    (
+        "append_n",
+        "    before_run.next_free_block = after_run\n",
+        "",
+        "a refused call changes no link",
+    ),
+]
+
+
+@pytest.fixture
+def edited_queue(tmp_path: Path) -> Iterator[Any]:
+    """Load an edited copy of queue.py as a module of the package, and unload it afterwards."""
+    name = "verified_queue._edited_for_proof_test"
+
+    def load(old: str, new: str) -> type:
+        source = Path(str(queue_module.__file__)).with_suffix(".py").read_text(encoding="utf-8")
+        assert source.count(old) == 1, old
+        path = tmp_path / "edited_queue.py"
+        path.write_text(source.replace(old, new), encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        queue_class: type = module.FreeBlockQueue
+        return queue_class
+
+    yield load
+    sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize(("operation", "old", "new", "goal"), EDITS)
+def test_an_edit_to_queue_py_changes_what_is_proved(
+    edited_queue: Any, operation: str, old: str, new: str, goal: str
+) -> None:
+    """The proof reads queue.py itself: a one-line bug there leaves the goal it breaks unproved."""
+    results = proof.prove(
+        [operation], edited_queue(old, new), stop_at_first_failure=True, timeout_ms=3_000
+    )
+    assert results[-1].verdict != "proved"
+    assert goal in results[-1].name
 
 
 def test_popleft_leaving_links_is_not_proved() -> None:
