@@ -428,7 +428,17 @@ def test_pool_check_ignores_the_queue_s_own_blocks_and_detached_ones() -> None:
 
 # --------------------------------------------------------------- check mode
 
-NEEDS_A_BLOCK = {"remove(first)", "remove(middle)", "remove(last)", "contains"}
+#: More steps than any queue of the matrix has blocks: a walk this long is going round a ring.
+RING_BOUND = 4 * max(SIZES) + 8
+
+
+NEEDS_A_BLOCK = {
+    "remove(first)",
+    "remove(middle)",
+    "remove(last)",
+    "contains",
+    "iter_blocks_after(first)",
+}
 OPERATIONS: dict[str, Callable[[World], object]] = {
     "popleft": lambda w: w.queue.popleft(),
     "popleft_n(1)": lambda w: w.queue.popleft_n(1),
@@ -439,12 +449,33 @@ OPERATIONS: dict[str, Callable[[World], object]] = {
     "append(new)": lambda w: w.queue.append(Block()),
     "append(detached)": lambda w: w.queue.append(w.detached),
     "append_n(new)": lambda w: w.queue.append_n([Block(), Block()]),
+    "prepend_n(new)": lambda w: w.queue.prepend_n([Block(), Block()]),
     "len": lambda w: len(w.queue),
     "bool": lambda w: bool(w.queue),
     "contains": lambda w: w.blocks[0] in w.queue,
     "iterate": lambda w: list(w.queue),
+    "iter_blocks_after(None)": lambda w: list(w.queue.iter_blocks_after(None)),
+    # Bounded: see test_check_mode_walk_after_a_cursor_ends_on_a_ring.
+    "iter_blocks_after(first)": lambda w: list(
+        itertools.islice(w.queue.iter_blocks_after(w.blocks[0]), RING_BOUND)
+    ),
     "get_all_free_blocks": lambda w: w.queue.get_all_free_blocks(),
 }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="check mode's walk after a cursor checks each link but never counts its steps",
+)
+def test_check_mode_walk_after_a_cursor_ends_on_a_ring() -> None:
+    """A ring of members closed by outside code makes iter_blocks_after(cursor) raise, not spin."""
+    world = build_world(3, CheckedFreeBlockQueue)
+    first, _, last = world.blocks
+    world.write(last, "next_free_block", first)
+    world.write(first, "prev_free_block", last)
+    walk = world.queue.iter_blocks_after(first)
+    with pytest.raises(InvariantViolation):
+        list(itertools.islice(walk, RING_BOUND))
 
 
 def applicable(fault: Fault) -> list[str]:

@@ -16,6 +16,7 @@ import pytest
 
 from specs.model import SpecBlock
 from specs.planted_bugs import PLANTED_BUGS
+from verified_queue import selfcheck
 from verified_queue.block import Block
 from verified_queue.errors import AlreadyInQueueError, EmptyQueueError, NotInQueueError
 from verified_queue.queue import FreeBlockQueue
@@ -195,3 +196,16 @@ def test_planted_bug_shows_no_other_symptom(bug: str) -> None:
     for other, symptom in SYMPTOMS.items():
         if other != bug:
             assert not symptom(PLANTED_BUGS[bug]), f"{bug} also shows {other}"
+
+
+# The self-check never removes a sentinel and never asks ``in``: two bugs out of its reach.
+SELF_CHECK_BUGS = sorted(
+    set(PLANTED_BUGS) - {"remove_accepts_sentinel", "contains_compares_by_value"}
+)
+
+
+@pytest.mark.parametrize("bug", SELF_CHECK_BUGS)
+def test_self_check_catches_planted_bug(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m verified_queue``'s self-check reports every bug in an operation it runs."""
+    monkeypatch.setattr(selfcheck, "FreeBlockQueue", PLANTED_BUGS[bug])
+    assert selfcheck.run_self_check(operations=2000).mismatch is not None

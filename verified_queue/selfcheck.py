@@ -134,16 +134,25 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
         else:
             del model[:n]
         return step
-    if roll < 0.55:
+    if roll < 0.5:
         if where < 0:
             return _Step(f"remove({block!r})", lambda q: q.remove(block), NotInQueueError)
         del model[where]
         return _Step(f"remove({block!r})", lambda q: q.remove(block), None)
-    if roll < 0.8:
+    if roll < 0.7:
         if where >= 0:
             return _Step(f"append({block!r})", lambda q: q.append(block), AlreadyInQueueError)
         model.append(block)
         return _Step(f"append({block!r})", lambda q: q.append(block), None)
+    if roll < 0.8:
+        # A walk resumed from a cursor: None (the front) or any block, linked or not.
+        cursor = None if rng.random() < 0.2 else block
+        label = f"iter_blocks_after({cursor!r})"
+        if cursor is None:
+            return _Step(label, lambda q: _walk_after(q, None), None, list(model))
+        if where < 0:
+            return _Step(label, lambda q: _walk_after(q, cursor), NotInQueueError)
+        return _Step(label, lambda q: _walk_after(q, cursor), None, model[where + 1 :])
     batch = rng.sample(blocks, rng.randint(0, 4))
     if batch and rng.random() < 0.1:
         batch.append(batch[0])  # a block repeated within one batch
@@ -178,6 +187,15 @@ def _walk(queue: FreeBlockQueue[_Numbered], limit: int) -> list[object] | str:
         nodes.append(node)
         node = node.next_free_block
     return nodes
+
+
+def _walk_after(queue: FreeBlockQueue[_Numbered], cursor: _Numbered | None) -> object:
+    """What ``iter_blocks_after(cursor)`` yields; a refusal must come from the call itself."""
+    iterator = queue.iter_blocks_after(cursor)
+    try:
+        return list(iterator)
+    except QueueError as exc:  # reported as a wrong result: the call should have raised it
+        return f"<{exc!r} raised while iterating>"
 
 
 def _compare(
