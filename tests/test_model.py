@@ -98,6 +98,43 @@ def test_append_n_is_all_or_none() -> None:
     assert numbers(model) == [0, 1, 2, 3]
 
 
+def test_prepend_n_puts_the_batch_first_in_order_all_or_none() -> None:
+    """prepend_n is list[0:0] = batch, and refuses what append_n refuses, naming prepend_n."""
+    blocks = blocks_of(5)
+    model = ListModel(blocks[:1])
+    model.prepend_n([blocks[1], blocks[2]])
+    assert numbers(model) == [1, 2, 0]
+    for batch in ([blocks[3], blocks[0]], [blocks[3], blocks[4], blocks[3]]):
+        with pytest.raises(AlreadyInQueueError, match=r"^prepend_n\("):
+            model.prepend_n(batch)
+        assert numbers(model) == [1, 2, 0]
+    with pytest.raises(AlreadyInQueueError, match="sentinel"):
+        model.prepend_n([blocks[3], FreeBlockQueue().fake_free_list_head])  # type: ignore[list-item]  # a sentinel on purpose
+    model.prepend_n(iter(blocks[3:]))
+    assert numbers(model) == [3, 4, 1, 2, 0]
+
+
+def test_iter_blocks_after_yields_what_follows_the_cursor_or_refuses_it() -> None:
+    """iter_blocks_after: all for None, the tail of the list for a member, NotInQueueError else."""
+    membership = Membership()
+    blocks = blocks_of(4)
+    model = ListModel(blocks[:3], membership=membership)
+    sibling = ListModel(blocks[3:], membership=membership)
+    assert [block.number for block in model.iter_blocks_after(None)] == [0, 1, 2]
+    assert [block.number for block in model.iter_blocks_after(blocks[0])] == [1, 2]
+    assert list(model.iter_blocks_after(blocks[2])) == []
+    reasons = {
+        "not linked in a queue": SpecBlock(9),
+        "linked in another queue": blocks[3],
+        "another queue's sentinel": FreeBlockQueue().fake_free_list_tail,
+    }
+    for reason, cursor in reasons.items():
+        with pytest.raises(NotInQueueError, match=reason):
+            model.iter_blocks_after(cursor)  # type: ignore[arg-type]  # sentinels on purpose
+    assert numbers(model) == [0, 1, 2]
+    assert numbers(sibling) == [3]
+
+
 def test_append_n_propagates_a_failing_iterator() -> None:
     """An iterator that raises part-way makes append_n raise the same error and add nothing."""
     blocks = blocks_of(2)
