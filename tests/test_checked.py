@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from itertools import islice
 from typing import Any, SupportsIndex
 
 import pytest
@@ -789,3 +790,504 @@ def test_end_of_operation_checks_catch_a_faulty_base_class(fault: str) -> None:
     queue = faulty(blocks, full_check_every=0)
     with pytest.raises(InvariantViolation, match=re.escape(where)):
         operation(queue, blocks)
+
+
+# ------------------------------------------------- raises before writing anything
+
+
+@dataclass
+class _World:
+    """A checked queue of four blocks, two detached blocks, and another queue to point at."""
+
+    queue: CheckedFreeBlockQueue[Block]
+    blocks: list[Block]
+    spare: list[Block]
+    other: CheckedFreeBlockQueue[Block]
+    other_blocks: list[Block]
+
+    def nodes(self) -> list[Block]:
+        """Every object whose links an operation could write, sentinels included."""
+        return [
+            self.queue.fake_free_list_head,
+            self.queue.fake_free_list_tail,
+            *self.blocks,
+            *self.spare,
+            self.other.fake_free_list_head,
+            self.other.fake_free_list_tail,
+            *self.other_blocks,
+        ]
+
+    def snapshot(self) -> tuple[list[tuple[object, object]], object, list[tuple[int, Block]]]:
+        """Every link, the count and the membership, to compare by identity."""
+        return (
+            [(node.prev_free_block, node.next_free_block) for node in self.nodes()],
+            self.queue.num_free_blocks,
+            list(self.queue._members.items()),
+        )
+
+
+def _world() -> _World:
+    blocks = [Block() for _ in range(4)]
+    other_blocks = [Block()]
+    return _World(
+        CheckedFreeBlockQueue(blocks, full_check_every=0),
+        blocks,
+        [Block(), Block()],
+        CheckedFreeBlockQueue(other_blocks, full_check_every=0),
+        other_blocks,
+    )
+
+
+def _identical(left: object, right: object) -> bool:
+    """Equal structure with every leaf the same object (links compared by identity)."""
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        return len(left) == len(right) and all(
+            _identical(a, b) for a, b in zip(left, right, strict=True)
+        )
+    return left is right or (type(left) is type(right) is int and left == right)
+
+
+def _damages() -> Iterable[tuple[str, Callable[[_World], None]]]:
+    """Single faults outside code could plant: every link to every value, counts, splices."""
+    names = ["head", "tail", "b0", "b1", "b2", "b3"]
+
+    def node(world: _World, index: int) -> Block:
+        return world.nodes()[index]
+
+    targets: list[tuple[str, Callable[[_World], object]]] = [
+        ("None", lambda _w: None),
+        ("a detached block", lambda w: w.spare[0]),
+        ("another queue's head", lambda w: w.other.fake_free_list_head),
+        ("another queue's tail", lambda w: w.other.fake_free_list_tail),
+        ("another queue's block", lambda w: w.other_blocks[0]),
+    ] + [(name, partial(node, index=i)) for i, name in enumerate(names)]
+    for owner_index, owner in enumerate(names):
+        for link in ("prev_free_block", "next_free_block"):
+            for label, target in targets:
+
+                def write(
+                    world: _World, i: int = owner_index, name: str = link, to: Any = target
+                ) -> None:
+                    setattr(node(world, i), name, to(world))
+
+                yield f"{owner}.{link} = {label}", write
+    for drift in (-1, 1, 2):
+
+        def move(world: _World, by: int = drift) -> None:
+            world.queue.num_free_blocks += by
+
+        yield f"count {drift:+}", move
+
+    def clear(world: _World) -> None:
+        world.blocks[1].prev_free_block = world.blocks[1].next_free_block = None
+        world.blocks[0].next_free_block = world.blocks[2]
+        world.blocks[2].prev_free_block = world.blocks[0]
+
+    yield "b1 unlinked by hand", clear
+
+    def splice(world: _World) -> None:
+        intruder = world.spare[1]
+        intruder.prev_free_block, intruder.next_free_block = world.blocks[1], world.blocks[2]
+        world.blocks[1].next_free_block = world.blocks[2].prev_free_block = intruder
+        world.queue.num_free_blocks += 1
+
+    yield "a spare block spliced in by hand", splice
+
+
+#: Every checked operation, each on arguments the damage may have touched.
+_CHECKED_OPERATIONS: dict[str, Callable[[_World], object]] = {
+    "popleft": lambda w: w.queue.popleft(),
+    "popleft_n(1)": lambda w: w.queue.popleft_n(1),
+    "popleft_n(3)": lambda w: w.queue.popleft_n(3),
+    "popleft_n(4)": lambda w: w.queue.popleft_n(4),
+    "remove(b0)": lambda w: w.queue.remove(w.blocks[0]),
+    "remove(b1)": lambda w: w.queue.remove(w.blocks[1]),
+    "remove(b3)": lambda w: w.queue.remove(w.blocks[3]),
+    "remove(another queue's block)": lambda w: w.queue.remove(w.other_blocks[0]),
+    "append(spare)": lambda w: w.queue.append(w.spare[0]),
+    "append(b1)": lambda w: w.queue.append(w.blocks[1]),
+    "append_n(spares)": lambda w: w.queue.append_n(w.spare),
+    "append_n(iterator)": lambda w: w.queue.append_n(iter(w.spare)),
+    "prepend_n(spares)": lambda w: w.queue.prepend_n(w.spare),
+    "prepend_n(iterator)": lambda w: w.queue.prepend_n(iter(w.spare)),
+    # Bounded: a walk after a cursor does not count its steps (see test_fault_matrix).
+    "iter_blocks_after(b1)": lambda w: list(islice(w.queue.iter_blocks_after(w.blocks[1]), 9)),
+    "iter_blocks_after(None)": lambda w: list(islice(w.queue.iter_blocks_after(None), 9)),
+    "iterate": lambda w: list(w.queue),
+    "get_all_free_blocks": lambda w: w.queue.get_all_free_blocks(),
+    "len": lambda w: len(w.queue),
+    "bool": lambda w: bool(w.queue),
+    "full_check": lambda w: w.queue.full_check(),
+}
+
+
+@adaptive_default_only
+def test_every_checked_operation_raises_before_writing_anything() -> None:
+    """On every single fault, an operation that raises leaves links, count and members as found.
+
+    The periodic full check is off, so the O(1) checks of each operation are the
+    ones under test.
+    """
+    raised = dict.fromkeys(_CHECKED_OPERATIONS, 0)
+    for label, damage in _damages():
+        for name, operation in _CHECKED_OPERATIONS.items():
+            world = _world()
+            damage(world)
+            before = world.snapshot()
+            try:
+                operation(world)
+            except QueueError:
+                raised[name] += 1
+                assert _identical(world.snapshot(), before), (label, name)
+    # Every operation meets some of the faults; len() and bool() read only the count.
+    assert min(raised.values()) >= 4, raised
+    assert sum(raised.values()) > 1000
+
+
+# ----------------------------------------------------- every diagnostic, word for word
+
+_WALK = "of the forward walk (head = 0)"
+
+
+def _error(call: Callable[[], object]) -> QueueError:
+    """The QueueError ``call`` raises."""
+    with pytest.raises(QueueError) as caught:
+        call()
+    return caught.value
+
+
+#: Where each operation's start-of-operation count check reports, and the call that reaches it.
+_COUNT_SITES: dict[str, Callable[[_World], object]] = {
+    "len()": lambda w: len(w.queue),
+    "bool()": lambda w: bool(w.queue),
+    "the start of popleft()": lambda w: w.queue.popleft(),
+    "the start of popleft_n()": lambda w: w.queue.popleft_n(1),
+    "the start of remove()": lambda w: w.queue.remove(w.blocks[1]),
+    "the start of append()": lambda w: w.queue.append(w.spare[0]),
+    "the start of append_n()": lambda w: w.queue.append_n(w.spare),
+    "the start of prepend_n()": lambda w: w.queue.prepend_n(w.spare),
+    "the start of iter_blocks_after()": lambda w: w.queue.iter_blocks_after(None),
+}
+
+
+@pytest.mark.parametrize("where", _COUNT_SITES)
+def test_each_count_check_names_its_operation_word_for_word(where: str) -> None:
+    """A drifted count is reported at the start of each operation, naming it and both numbers."""
+    world = _world()
+    world.queue.num_free_blocks = 5
+    error = _error(lambda: _COUNT_SITES[where](world))
+    assert isinstance(error, InvariantViolation)
+    assert error.invariant == COUNT_CONSISTENCY
+    assert str(error) == (
+        f"invariant 2 (count_consistency) broken at {where}: num_free_blocks: "
+        "expected 4 (the blocks this queue holds), found 5"
+    )
+    world = _world()
+    if not _writes(world.queue, "num_free_blocks", 4.0):
+        return
+    assert str(_error(lambda: _COUNT_SITES[where](world))) == (
+        f"invariant 2 (count_consistency) broken at {where}: num_free_blocks: expected an int, "
+        f"found a non-block {object.__repr__(world.queue.num_free_blocks)}"
+    )
+
+
+def _writes(obj: object, attribute: str, value: object) -> bool:
+    """Write ``obj.attribute = value`` if the build lets it; whether it did."""
+    try:
+        setattr(obj, attribute, value)
+    except TypeError:
+        return False
+    return True
+
+
+def test_an_int_subclass_count_is_caught_by_the_full_check_word_for_word() -> None:
+    """A count of an int subclass passes check_invariants but not check mode's exact type test."""
+    world = _world()
+    if not _writes(world.queue, "num_free_blocks", _IntLike(4)):
+        pytest.skip("this build's typed count refuses the value")
+    if type(world.queue.num_free_blocks) is int:
+        pytest.skip("this build's typed count stores a plain int")
+    check_invariants(world.queue)
+    assert str(_error(world.queue.full_check)) == (
+        "invariant 2 (count_consistency) broken at the full check: num_free_blocks: "
+        f"expected an int, found a non-block {object.__repr__(world.queue.num_free_blocks)}"
+    )
+
+
+def _front_and_back_cases(
+    world: _World,
+) -> list[tuple[Callable[[], object], str, str]]:
+    """(damage-and-call, family, message) for each diagnostic of the O(1) checks."""
+    q, (b0, b1, b2, b3), (spare, _) = world.queue, world.blocks, world.spare
+    head, tail = q.fake_free_list_head, q.fake_free_list_tail
+    own_head, own_tail = f"this queue's {head!r}", f"this queue's {tail!r}"
+    cases: list[tuple[Callable[[], object], str, str]] = []
+
+    def case(
+        damage: Callable[[], None], call: Callable[[], object], family: str, text: str
+    ) -> None:
+        def run() -> object:
+            damage()
+            return call()
+
+        cases.append((run, family, text))
+
+    case(
+        lambda: setattr(head, "prev_free_block", b2),
+        q.popleft,
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of popleft(): prev_free_block of "
+        f"{own_head}: expected None, found {b2!r}",
+    )
+    case(
+        lambda: setattr(b0, "prev_free_block", None),
+        q.popleft,
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of popleft(), position 1 {_WALK}: "
+        f"prev_free_block of {b0!r}: expected {own_head}, found None",
+    )
+    case(
+        lambda: setattr(head, "next_free_block", spare),
+        lambda: q.popleft_n(2),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of popleft_n(), position 1 {_WALK}: "
+        f"next_free_block of {own_head}: expected one of this queue's blocks or its tail, "
+        f"found {spare!r}",
+    )
+    case(
+        lambda: setattr(b2, "prev_free_block", b0),
+        lambda: q.popleft_n(3),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of popleft_n(), position 3 {_WALK}: "
+        f"prev_free_block of {b2!r}: expected {b1!r}, found {b0!r}",
+    )
+    case(
+        lambda: setattr(b0, "prev_free_block", b3),
+        lambda: q.prepend_n([spare]),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of prepend_n(), position 1 {_WALK}: "
+        f"prev_free_block of {b0!r}: expected {own_head}, found {b3!r}",
+    )
+    case(
+        lambda: setattr(tail, "next_free_block", b0),
+        lambda: q.append(spare),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of append(), the tail sentinel: "
+        f"next_free_block of {own_tail}: expected None, found {b0!r}",
+    )
+    case(
+        lambda: setattr(tail, "prev_free_block", spare),
+        lambda: q.append_n([Block()]),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of append_n(), the tail sentinel: "
+        f"prev_free_block of {own_tail}: expected one of this queue's blocks or its head, "
+        f"found {spare!r}",
+    )
+    case(
+        lambda: setattr(tail, "prev_free_block", b1),
+        lambda: q.append(spare),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of append(), the tail sentinel: "
+        f"prev_free_block of {own_tail}: expected a block followed by the tail, found {b1!r}",
+    )
+
+    def empty_chain() -> None:
+        head.next_free_block = tail
+        tail.prev_free_block = head
+
+    case(
+        empty_chain,
+        lambda: q.append(spare),
+        COUNT_CONSISTENCY,
+        "invariant 2 (count_consistency) broken at the start of append(), the tail sentinel: "
+        "num_free_blocks: expected 0 (the tail follows the head), found 4",
+    )
+    case(
+        empty_chain,
+        q.popleft,
+        COUNT_CONSISTENCY,
+        f"invariant 2 (count_consistency) broken at the start of popleft(), position 1 {_WALK}: "
+        f"num_free_blocks: expected 0 (the walk reached the tail), found 4",
+    )
+    case(
+        lambda: setattr(b0, "next_free_block", None),
+        lambda: q.remove(b1),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of remove(): next_free_block of "
+        f"{b0!r}, the prev_free_block of {b1!r}: expected {b1!r}, found None",
+    )
+    case(
+        lambda: setattr(b2, "next_free_block", spare),
+        lambda: q.remove(b2),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of remove(): next_free_block of "
+        f"{b2!r}: expected one of this queue's blocks or its sentinel, found {spare!r}",
+    )
+
+    def clear_b1() -> None:
+        b1.prev_free_block = b1.next_free_block = None
+
+    for append in (lambda: q.append(b1), lambda: q.append_n([spare, b1])):
+        case(
+            clear_b1,
+            append,
+            SENTINEL_LINKAGE,
+            f"invariant 1 (sentinel_linkage) broken at the start of append{'_n' * (len(cases) % 2)}"
+            f"(): the links of <Block at {id(b1):#x}, detached>, one of this queue's blocks: "
+            "expected both set, found both None (cleared by outside code while the block was "
+            "in the queue)",
+        )
+    case(
+        lambda: setattr(b3, "prev_free_block", b1),
+        lambda: list(q.iter_blocks_after(b1)),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at iteration after a cursor, position 2 {_WALK}: "
+        f"prev_free_block of {b3!r}: expected {b2!r}, found {b1!r}",
+    )
+    case(
+        lambda: setattr(b1, "next_free_block", spare),
+        lambda: list(q.iter_blocks_after(None)),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at iteration, position 3 {_WALK}: "
+        f"next_free_block of {b1!r}: expected one of this queue's blocks or its tail, "
+        f"found {spare!r}",
+    )
+    return cases
+
+
+def test_each_o1_check_diagnostic_word_for_word() -> None:
+    """Each O(1) check of check mode reports family, place, value, expected and found exactly."""
+    count = len(_front_and_back_cases(_world()))
+    for index in range(count):
+        run, family, text = _front_and_back_cases(_world())[index]
+        error = _error(run)
+        assert isinstance(error, InvariantViolation), text
+        assert (error.invariant, str(error)) == (family, text)
+
+
+def test_an_empty_queue_whose_tail_has_a_successor_is_named_by_popleft() -> None:
+    """popleft() on an empty queue checks the tail's own outer link before calling it empty."""
+    queue: CheckedFreeBlockQueue[Block] = CheckedFreeBlockQueue(full_check_every=0)
+    stray = Block()
+    queue.fake_free_list_tail.next_free_block = stray
+    error = _error(queue.popleft)
+    assert str(error) == (
+        "invariant 1 (sentinel_linkage) broken at the start of popleft(): next_free_block of "
+        f"this queue's {queue.fake_free_list_tail!r}: expected None, found {stray!r}"
+    )
+
+
+def test_each_membership_diagnostic_word_for_word() -> None:
+    """Detached, foreign, sentinel and spliced-in arguments get their exact errors."""
+    world = _world()
+    q, (b0, b1, _, _), (spare, intruder) = world.queue, world.blocks, world.spare
+    foreign = world.other_blocks[0]
+    assert (type(_error(lambda: q.remove(spare))), str(_error(lambda: q.remove(spare)))) == (
+        NotInQueueError,
+        f"remove({spare!r}): the block is not linked in a queue",
+    )
+    assert str(_error(lambda: q.iter_blocks_after(spare))) == (
+        f"iter_blocks_after({spare!r}): the block is not linked in a queue"
+    )
+    assert str(_error(lambda: q.remove(foreign))) == (
+        f"remove({foreign!r}): it is linked in another queue"
+    )
+    other_head = world.other.fake_free_list_head
+    assert str(_error(lambda: q.remove(other_head))).endswith(
+        "it is a queue sentinel, which never leaves its queue"
+    )
+    assert str(_error(lambda: q.iter_blocks_after(other_head))).endswith(
+        "it is another queue's sentinel"
+    )
+    assert list(q.iter_blocks_after(q.fake_free_list_tail)) == []
+    assert same(list(q.iter_blocks_after(q.fake_free_list_head)), world.blocks)
+    intruder.prev_free_block, intruder.next_free_block = b0, b1
+    b0.next_free_block = b1.prev_free_block = intruder
+    error = _error(lambda: q.remove(intruder))
+    assert isinstance(error, InvariantViolation)
+    assert (error.invariant, str(error)) == (
+        NO_DUPLICATES,
+        f"invariant 3 (no_duplicates) broken at the start of remove({intruder!r}): membership "
+        f"of {intruder!r}: expected a block this queue linked itself, found a block linked in "
+        "by outside code",
+    )
+    q.num_free_blocks += 1
+    q._members[id(world.spare[0])] = world.spare[0]  # keeps the O(1) count check quiet
+    assert str(_error(q.full_check)) == (
+        f"invariant 3 (no_duplicates) broken at position 2 {_WALK}: membership of "
+        f"{intruder!r}: expected a block this queue linked itself, found a block linked in by "
+        "outside code"
+    )
+
+
+def test_a_block_whose_links_point_elsewhere_is_not_taken_for_a_spliced_one() -> None:
+    """A non-member whose predecessor does not link to it is another queue's, not an intruder."""
+    world = _world()
+    q, (b0, b1, _, _), (spare, _) = world.queue, world.blocks, world.spare
+    spare.prev_free_block, spare.next_free_block = b0, b1  # links in, but nobody links to it
+    assert str(_error(lambda: q.remove(spare))) == (
+        f"remove({spare!r}): it is linked in another queue"
+    )
+    spare.prev_free_block = _NotLinkable()  # type: ignore[assignment]  # damage
+    assert str(_error(lambda: q.remove(spare))) == (
+        f"remove({spare!r}): it is linked in another queue"
+    )
+
+
+class _NotLinkable:
+    """Something with neither link, to stand where a block's neighbour should be."""
+
+
+def test_leaving_the_queue_under_an_iteration_is_named_word_for_word() -> None:
+    """Removing the block an iteration stands on names the block and the iteration."""
+    queue, blocks = checked(3)
+    walk = iter(queue)
+    assert next(walk) is blocks[0]
+    queue.remove(blocks[0])
+    error = _error(lambda: next(walk))
+    assert type(error) is NotInQueueError
+    assert str(error) == f"{blocks[0]!r} left the queue while an iteration stood on it"
+
+
+class _RaisingLinks:
+    """vLLM's block shape, but reading a link raises TypeError (a broken property)."""
+
+    @property
+    def prev_free_block(self) -> None:
+        raise TypeError("no links here")
+
+    @property
+    def next_free_block(self) -> None:
+        raise TypeError("no links here")
+
+
+def test_a_raw_error_that_the_full_check_cannot_explain_is_named_as_such() -> None:
+    """A TypeError from an argument's links becomes a violation naming the error and operation."""
+    queue, blocks = checked(2)
+    error = _error(lambda: queue.remove(_RaisingLinks()))  # type: ignore[arg-type]  # the misuse
+    assert isinstance(error, InvariantViolation)
+    assert str(error) == (
+        "invariant 1 (sentinel_linkage) broken at remove(): the links and the count the "
+        "operation read: expected blocks, sentinels and an int, found TypeError: no links here"
+    )
+    assert same(queue.get_all_free_blocks(), blocks)
+
+
+def test_a_raw_error_that_the_full_check_explains_is_reported_as_the_damage() -> None:
+    """A head replaced by None makes each operation reading it report the full check's finding."""
+    if not _writes(_world().queue, "fake_free_list_head", None):
+        pytest.skip("this build's typed slot refuses the damage")
+    expected = (
+        "invariant 1 (sentinel_linkage) broken at the queue: fake_free_list_head: "
+        "expected a Sentinel, found None"
+    )
+    operations: dict[str, Callable[[CheckedFreeBlockQueue[Block]], object]] = {
+        "popleft": lambda q: q.popleft(),
+        "popleft_n": lambda q: q.popleft_n(1),
+        "prepend_n": lambda q: q.prepend_n([Block()]),
+        "iter_blocks_after": lambda q: list(q.iter_blocks_after(None)),
+    }
+    for name, operation in operations.items():
+        queue, _ = checked(2)
+        queue.fake_free_list_head = None  # type: ignore[assignment]  # the damage
+        assert str(_error(partial(operation, queue))) == expected, name

@@ -660,6 +660,8 @@ def weakened_checker(weakening: str) -> Checker:
     """``check_invariants`` compiled from the module's own source with one test deleted."""
     deleted, stand_in = WEAKENINGS[weakening]
     source = inspect.getsource(invariants)
+    if "__mutmut_" in source:
+        pytest.skip("under mutmut, invariants.py's source holds every mutant as well")
     assert source.count(deleted) == 1, f"the test to delete is not in invariants.py: {deleted!r}"
     namespace: dict[str, Any] = {"__name__": "weakened_invariants"}
     exec(compile(source.replace(deleted, stand_in), "<weakened>", "exec"), namespace)

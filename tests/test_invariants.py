@@ -23,6 +23,7 @@ from verified_queue import (
 )
 from verified_queue.errors import INVARIANT_FAMILIES
 from verified_queue.invariants import (
+    _UNSET,  # the stand-in for a deleted slot
     COUNT_CONSISTENCY,
     NO_DUPLICATES,
     SENTINEL_LINKAGE,
@@ -31,6 +32,8 @@ from verified_queue.invariants import (
     check_invariants,
     check_no_duplicates,
     check_sentinel_linkage,
+    describe,
+    is_block,
 )
 from verified_queue.queue import FreeBlockQueue
 
@@ -509,3 +512,212 @@ def test_the_diagnostic_format_is_stable() -> None:
         match = shape.match(str(violation))
         assert match is not None, str(violation)
         assert match.group(1) == violation.invariant
+
+
+# ------------------------------------------------ every diagnostic, word for word
+
+
+WALK = "of the forward walk (head = 0)"
+
+
+def _message(checker: Callable[..., None], *args: object) -> tuple[str, str]:
+    """The family and the exact message of the violation ``checker`` raises."""
+    violation = raised(checker, *args)
+    assert violation is not None, "the checker passed a damaged queue"
+    return violation.invariant, str(violation)
+
+
+def test_every_linkage_diagnostic_word_for_word() -> None:
+    """Each place (1) can break is reported with its exact message by the checkers that see it."""
+    queue, blocks = queue_of(3)
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    b0, b1, b2 = blocks
+    other, other_blocks = queue_of(1)
+
+    head.prev_free_block = b1
+    assert _message(check_invariants, queue) == (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the head sentinel: prev_free_block of "
+        f"this queue's {head!r}: expected None, found {b1!r}",
+    )
+    assert _message(check_sentinel_linkage, queue)[1] == _message(check_invariants, queue)[1]
+    head.prev_free_block = None
+
+    tail.next_free_block = other.fake_free_list_head
+    assert _message(check_detached_outside, queue, []) == (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the tail sentinel: next_free_block of "
+        f"this queue's {tail!r}: expected None, found another queue's "
+        f"{other.fake_free_list_head!r}",
+    )
+    tail.next_free_block = None
+
+    b1.next_free_block = other_blocks[0]
+    b1.prev_free_block = b0
+    expected = (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at position 3 {WALK}: prev_free_block of "
+        f"{other_blocks[0]!r}: expected {b1!r} (position 2), found another queue's "
+        f"{other.fake_free_list_head!r}",
+    )
+    assert _message(check_invariants, queue) == expected
+    assert _message(check_sentinel_linkage, queue) == expected
+    b1.next_free_block = tail
+    expected = (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at position 3 {WALK}: prev_free_block of "
+        f"this queue's {tail!r}: expected {b1!r} (position 2), found {b2!r}",
+    )
+    assert _message(check_invariants, queue) == expected
+    assert _message(check_detached_outside, queue, blocks) == expected
+    b1.next_free_block = head
+    expected = (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at position 3 {WALK}: next_free_block of "
+        f"{b1!r} (position 2): expected a block or this queue's tail sentinel, found this "
+        f"queue's {head!r}",
+    )
+    for checker in CHECKERS:
+        assert _message(checker, queue) == expected, checker.__name__
+    b1.next_free_block = None
+    assert _message(check_no_duplicates, queue) == (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at position 3 {WALK}: next_free_block of "
+        f"{b1!r} (position 2): expected a block or this queue's tail sentinel, found None",
+    )
+
+
+def test_the_queue_s_own_attributes_word_for_word() -> None:
+    """A sentinel attribute that holds no sentinel, or the head twice, is named exactly."""
+    queue, _ = queue_of(1)
+    if not _writes(queue, "fake_free_list_tail", None):
+        pytest.skip(UNWRITABLE)
+    for checker in CHECKERS:
+        assert _message(checker, queue) == (
+            SENTINEL_LINKAGE,
+            "invariant 1 (sentinel_linkage) broken at the queue: fake_free_list_tail: "
+            "expected a Sentinel, found None",
+        )
+    queue.fake_free_list_tail = queue.fake_free_list_head
+    assert _message(check_invariants, queue) == (
+        SENTINEL_LINKAGE,
+        "invariant 1 (sentinel_linkage) broken at the queue: fake_free_list_tail: "
+        "expected a second sentinel, found the head",
+    )
+    queue, _ = queue_of(1)
+    queue.fake_free_list_head = Block()
+    assert _message(check_no_duplicates, queue)[1] == (
+        "invariant 1 (sentinel_linkage) broken at the queue: fake_free_list_head: "
+        f"expected a Sentinel, found {queue.fake_free_list_head!r}"
+    )
+
+
+def test_every_duplicate_diagnostic_word_for_word() -> None:
+    """A self-loop and a longer ring name the block met twice, both positions and the cycle."""
+    queue, blocks = queue_of(3)
+    b0, b1, b2 = blocks
+    b1.next_free_block = b1
+    expected = (
+        NO_DUPLICATES,
+        f"invariant 3 (no_duplicates) broken at position 3 {WALK}: {b1!r} met a second time: "
+        "expected every block once, then the tail, found the same block at position 2 "
+        "(a cycle of 1 block that never reaches the tail)",
+    )
+    assert _message(check_invariants, queue) == expected
+    assert _message(check_no_duplicates, queue) == expected
+    assert _message(check_detached_outside, queue, blocks) == expected
+    assert _message(check_sentinel_linkage, queue) == (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at position 3 {WALK}: prev_free_block of "
+        f"{b1!r}: expected {b1!r} (position 2), found {b0!r}",
+    )
+    b1.next_free_block = b2
+    b2.next_free_block = b0
+    assert _message(check_no_duplicates, queue)[1] == (
+        f"invariant 3 (no_duplicates) broken at position 4 {WALK}: {b0!r} met a second time: "
+        "expected every block once, then the tail, found the same block at position 1 "
+        "(a cycle of 3 blocks that never reaches the tail)"
+    )
+    queue.num_free_blocks = 1
+    assert _message(check_count_consistency, queue)[1] == _message(check_no_duplicates, queue)[1]
+
+
+def test_every_detached_outside_diagnostic_word_for_word() -> None:
+    """A pool block outside the queue with a link set is named with its index and both links."""
+    queue, blocks = queue_of(2)
+    outsider = Block()
+    outsider.next_free_block = blocks[0]
+    assert _message(check_detached_outside, queue, [blocks[1], Block(), outsider]) == (
+        NO_DUPLICATES,
+        f"invariant 3 (no_duplicates) broken at item 2 of the given blocks: the links of "
+        f"{outsider!r}, which is not in this queue: expected both None (detached), found "
+        f"prev_free_block None, next_free_block {blocks[0]!r}",
+    )
+    assert raised(check_invariants, queue, [outsider]) is not None
+    outsider.next_free_block = None
+    outsider.prev_free_block = queue.fake_free_list_tail
+    assert _message(check_invariants, queue, [outsider])[1].endswith(
+        f"found prev_free_block this queue's {queue.fake_free_list_tail!r}, next_free_block None"
+    )
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [(-1, "-1"), (True, "True"), (None, "None"), (2.0, "a non-block <float object at ")],
+)
+def test_every_count_diagnostic_word_for_word(count: object, shown: str) -> None:
+    """A count that is no count, or the wrong one, is reported exactly, by both checkers."""
+    queue, _ = queue_of(2)
+    if not _writes(queue, "num_free_blocks", count):
+        pytest.skip(UNWRITABLE)
+    for checker in (check_invariants, check_count_consistency):
+        family, message = _message(checker, queue)
+        assert family == COUNT_CONSISTENCY
+        assert message.startswith(
+            "invariant 2 (count_consistency) broken at the queue: num_free_blocks: "
+            f"expected a non-negative int, found {shown}"
+        )
+    for wrong, length in ((1, 2), (3, 2), (0, 2)):
+        queue, _ = queue_of(length)
+        queue.num_free_blocks = wrong
+        for checker in (check_invariants, check_count_consistency):
+            assert _message(checker, queue) == (
+                COUNT_CONSISTENCY,
+                f"invariant 2 (count_consistency) broken at the tail, reached at position "
+                f"{length + 1} {WALK}: num_free_blocks: expected {length} (the blocks between "
+                f"the sentinels), found {wrong}",
+            )
+
+
+def test_describe_names_each_kind_of_value() -> None:
+    """describe names None, an unset slot, a non-block, a block, and either queue's sentinels."""
+    queue, blocks = queue_of(1)
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    other = FreeBlockQueue[Block]().fake_free_list_tail
+    assert describe(None) == "None"
+    assert describe(_UNSET) == "an unset link slot"
+    thing = _NotABlock()
+    assert describe(thing, head, tail) == f"a non-block {object.__repr__(thing)}"
+    assert describe(blocks[0], head, tail) == repr(blocks[0])
+    assert describe(head, head, tail) == f"this queue's {head!r}"
+    assert describe(tail, head, tail) == f"this queue's {tail!r}"
+    assert describe(tail) == f"another queue's {tail!r}"
+    assert describe(other, head, tail) == f"another queue's {other!r}"
+    loud = _LoudRepr()
+    assert describe(loud) == f"<_LoudRepr at {id(loud):#x}>"
+
+
+def test_is_block_takes_any_object_with_both_links_and_nothing_less() -> None:
+    """An object with both link attributes is a block; with one, or none, it is not."""
+
+    class BothLinks:
+        prev_free_block = None
+        next_free_block = None
+
+    class OneLink:
+        prev_free_block = None
+
+    assert is_block(Block())
+    assert is_block(BothLinks())
+    assert not is_block(OneLink())
+    assert not is_block(None)

@@ -390,12 +390,13 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             )
         elif last.next_free_block is not tail:  # type: ignore[union-attr]  # head or a member
             what, expected, found = "prev_free_block", "a block followed by the tail", last
-        elif (last is head) == bool(self._members):
+        elif last is head and self._members:
+            # A member before the tail needs no count test here: it proves members exist.
             raise violation(
                 COUNT_CONSISTENCY,
                 f"{where}, the tail sentinel",
                 "num_free_blocks",
-                "0 (the tail follows the head)" if last is head else "more than 0",
+                "0 (the tail follows the head)",
                 f"{self.num_free_blocks}",
             )
         else:
