@@ -640,6 +640,17 @@ DAMAGE: dict[str, Callable[[CheckedFreeBlockQueue[Block], list[Block]], None]] =
     "head replaced by None": lambda q, _b: setattr(q, "fake_free_list_head", None),
     "tail replaced by None": lambda q, _b: setattr(q, "fake_free_list_tail", None),
     "deleted link slot": lambda _q, b: delattr(b[1], "prev_free_block"),
+    "deleted tail link slot": lambda q, _b: delattr(q.fake_free_list_tail, "prev_free_block"),
+    "deleted head link slot": lambda q, _b: delattr(q.fake_free_list_head, "next_free_block"),
+    "deleted count": lambda q, _b: delattr(q, "num_free_blocks"),
+    "deleted head": lambda q, _b: delattr(q, "fake_free_list_head"),
+    "string count": lambda q, _b: setattr(q, "num_free_blocks", "3"),
+    "non-block member": lambda _q, b: setattr(b[0], "next_free_block", object()),
+    "non-block before the tail": lambda q, _b: setattr(q.fake_free_list_tail, "prev_free_block", 7),
+    "head replaced by a block": lambda q, _b: setattr(q, "fake_free_list_head", Block()),
+    "tail replaced by the head": lambda q, _b: setattr(
+        q, "fake_free_list_tail", q.fake_free_list_head
+    ),
 }
 
 

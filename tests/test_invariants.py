@@ -721,3 +721,59 @@ def test_is_block_takes_any_object_with_both_links_and_nothing_less() -> None:
     assert is_block(BothLinks())
     assert not is_block(OneLink())
     assert not is_block(None)
+
+
+class _IntLike(int):
+    """An int subclass, as numpy's integer scalars are int-like."""
+
+
+def _damages_of_every_kind() -> dict[str, Callable[[FreeBlockQueue[Block], list[Block]], None]]:
+    """Damage of each kind the checkers must survive, on a queue of three blocks."""
+
+    def link(index: int, name: str, value: object) -> Callable[..., None]:
+        return lambda _q, b: setattr(b[index], name, value)
+
+    return {
+        "deleted prev slot": lambda _q, b: delattr(b[1], "prev_free_block"),
+        "deleted next slot": lambda _q, b: delattr(b[1], "next_free_block"),
+        "deleted head next slot": lambda q, _b: delattr(q.fake_free_list_head, "next_free_block"),
+        "deleted head prev slot": lambda q, _b: delattr(q.fake_free_list_head, "prev_free_block"),
+        "deleted tail prev slot": lambda q, _b: delattr(q.fake_free_list_tail, "prev_free_block"),
+        "deleted tail next slot": lambda q, _b: delattr(q.fake_free_list_tail, "next_free_block"),
+        "deleted count": lambda q, _b: delattr(q, "num_free_blocks"),
+        "deleted head": lambda q, _b: delattr(q, "fake_free_list_head"),
+        "deleted tail": lambda q, _b: delattr(q, "fake_free_list_tail"),
+        "bool count": lambda q, _b: setattr(q, "num_free_blocks", True),
+        "float count": lambda q, _b: setattr(q, "num_free_blocks", 3.0),
+        "string count": lambda q, _b: setattr(q, "num_free_blocks", "3"),
+        "negative count": lambda q, _b: setattr(q, "num_free_blocks", -3),
+        "int-like count, wrong": lambda q, _b: setattr(q, "num_free_blocks", _IntLike(4)),
+        "non-block next": link(0, "next_free_block", object()),
+        "non-block prev": link(2, "prev_free_block", "a string"),
+        "integer link": link(1, "next_free_block", 12),
+        "head replaced by a block": lambda q, _b: setattr(q, "fake_free_list_head", Block()),
+        "tail replaced by a string": lambda q, _b: setattr(q, "fake_free_list_tail", "tail"),
+        "tail replaced by the head": lambda q, _b: setattr(
+            q, "fake_free_list_tail", q.fake_free_list_head
+        ),
+        "tail linked past itself": lambda q, b: setattr(
+            q.fake_free_list_tail, "next_free_block", b[0]
+        ),
+    }
+
+
+@pytest.mark.parametrize("damage", list(_damages_of_every_kind()))
+def test_only_invariant_violation_escapes_any_checker_on_any_damage(damage: str) -> None:
+    """Each kind of damage makes every checker return or raise InvariantViolation, nothing else."""
+    queue, blocks = queue_of(3)
+    try:
+        _damages_of_every_kind()[damage](queue, blocks)
+    except (AttributeError, TypeError):
+        pytest.skip(UNWRITABLE)
+    pool = [*blocks, Block()]
+    for checker in CHECKERS:
+        raised(checker, queue)  # anything but InvariantViolation fails the test here
+    raised(check_detached_outside, queue, pool)
+    violation = raised(check_invariants, queue, pool)
+    assert violation is not None
+    assert violation.invariant in INVARIANT_FAMILIES
