@@ -261,15 +261,15 @@ def test_a_block_whose_repr_raises_still_gets_a_diagnostic() -> None:
 
 
 def test_checkers_end_on_a_long_ring_and_a_long_chain_without_recursion() -> None:
-    """A 100,000-block queue passes, and a ring closing at its far end is found, no recursion."""
-    queue, blocks = queue_of(100_000)
+    """A 20,000-block queue passes, and a ring closing at its far end is found, no recursion."""
+    queue, blocks = queue_of(20_000)
     for checker in CHECKERS:
         assert raised(checker, queue) is None
     blocks[-1].next_free_block = blocks[10]
     violation = raised(check_no_duplicates, queue)
     assert violation is not None
     assert violation.invariant == NO_DUPLICATES
-    assert "at position 11 (a cycle of 99990 blocks" in str(violation)
+    assert "at position 11 (a cycle of 19990 blocks" in str(violation)
     for checker in CHECKERS:
         assert raised(checker, queue) is not None
 
@@ -610,6 +610,18 @@ def test_the_queue_s_own_attributes_word_for_word() -> None:
         "invariant 1 (sentinel_linkage) broken at the queue: fake_free_list_head: "
         f"expected a Sentinel, found {queue.fake_free_list_head!r}"
     )
+    queue, _ = queue_of(1)
+    del queue.fake_free_list_head
+    assert _message(check_count_consistency, queue)[1] == (
+        "invariant 1 (sentinel_linkage) broken at the queue: fake_free_list_head: "
+        "expected a Sentinel, found an unset link slot"
+    )
+    queue, _ = queue_of(1)
+    del queue.num_free_blocks
+    assert _message(check_invariants, queue)[1] == (
+        "invariant 2 (count_consistency) broken at the queue: num_free_blocks: "
+        "expected a non-negative int, found an unset link slot"
+    )
 
 
 def test_every_duplicate_diagnostic_word_for_word() -> None:
@@ -658,6 +670,11 @@ def test_every_detached_outside_diagnostic_word_for_word() -> None:
     outsider.prev_free_block = queue.fake_free_list_tail
     assert _message(check_invariants, queue, [outsider])[1].endswith(
         f"found prev_free_block this queue's {queue.fake_free_list_tail!r}, next_free_block None"
+    )
+    outsider.prev_free_block = None
+    outsider.next_free_block = queue.fake_free_list_head
+    assert _message(check_detached_outside, queue, [outsider])[1].endswith(
+        f"found prev_free_block None, next_free_block this queue's {queue.fake_free_list_head!r}"
     )
 
 
@@ -777,3 +794,21 @@ def test_only_invariant_violation_escapes_any_checker_on_any_damage(damage: str)
     violation = raised(check_invariants, queue, pool)
     assert violation is not None
     assert violation.invariant in INVARIANT_FAMILIES
+
+
+def test_a_pool_block_with_a_deleted_slot_outside_the_queue_is_not_detached() -> None:
+    """A pool block outside the queue with a deleted link slot is reported, not deemed detached."""
+    for link, found in (
+        ("prev_free_block", "prev_free_block an unset link slot, next_free_block None"),
+        ("next_free_block", "prev_free_block None, next_free_block an unset link slot"),
+    ):
+        queue, blocks = queue_of(2)
+        outsider = Block()
+        try:
+            delattr(outsider, link)
+        except AttributeError:
+            pytest.skip("this build's Block refuses to delete a link, so the damage cannot happen")
+        for checker in (check_detached_outside, check_invariants):
+            family, message = _message(checker, queue, [*blocks, outsider])
+            assert family == NO_DUPLICATES
+            assert message.endswith(f"expected both None (detached), found {found}"), message

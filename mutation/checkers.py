@@ -1,0 +1,119 @@
+"""Mutation testing of the checkers, ``invariants.py`` and ``checked.py``, each in a scratch copy.
+
+``tox -e mutation-checkers`` runs this from an empty directory. For each module it copies the
+checkout there (as ``mutation/run.py`` does for ``queue.py``), writes a ``setup.cfg`` whose
+``[mutmut]`` section mutates that module only and runs the tests that exercise it, runs
+``mutmut run``, and then fails unless
+
+- at least ``--threshold`` percent of the module's mutants are killed (a failing test, a
+  timeout or a crash), and
+- every mutant that is not killed is named in ``docs/mutation-survivors.md`` with the reason
+  it survives.
+
+The test selection is narrow on purpose (a mutant of a checker is run against the tests of
+the checkers, not the whole suite), which keeps a run of the two modules near an hour on two
+cores: a mutant these tests miss counts as a survivor even if another test would kill it.
+
+Usage: ``python mutation/checkers.py [--threshold 98] [--module invariants|checked]`` from
+any empty working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("mutation_run", HERE / "run.py")
+if _spec is None or _spec.loader is None:
+    raise SystemExit(f"cannot load {HERE / 'run.py'}, which this script shares its helpers with")
+queue_run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(queue_run)
+
+#: Each module, and the tests whose failure kills its mutants.
+MODULES: dict[str, tuple[str, list[str]]] = {
+    "invariants": (
+        "verified_queue/invariants.py",
+        ["tests/test_invariants.py", "tests/test_heap_oracle.py", "tests/test_fault_matrix.py"],
+    ),
+    "checked": (
+        "verified_queue/checked.py",
+        ["tests/test_checked.py", "tests/test_invariants.py", "tests/test_fault_matrix.py"],
+    ),
+}
+
+
+def configure(work: Path, module: str) -> None:
+    """Write the scratch copy's ``setup.cfg``: mutate ``module`` only, with its tests."""
+    path, tests = MODULES[module]
+    selection = "".join(f"\n    {test}" for test in tests)
+    (work / "setup.cfg").write_text(
+        "[mutmut]\n"
+        "source_paths = verified_queue/\n"
+        f"only_mutate = {path}\n"
+        "also_copy =\n    specs/\n    tests/\n    README.md\n"
+        f"pytest_add_cli_args_test_selection ={selection}\n",
+        encoding="utf-8",
+    )
+
+
+def run_module(work: Path, module: str, threshold: float) -> bool:
+    """Run mutmut on ``module`` in ``work``; print the score; whether it passes the bar."""
+    work.mkdir()
+    queue_run.copy_checkout(work)
+    configure(work, module)
+    subprocess.run([sys.executable, "-m", "mutmut", "run"], check=True, cwd=work)
+    subprocess.run([sys.executable, "-m", "mutmut", "export-cicd-stats"], check=True, cwd=work)
+    stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
+    killed = sum(stats[status] for status in queue_run.DETECTED)
+    total = stats["total"]
+    score = 100.0 * killed / total if total else 0.0
+    results = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"],
+        check=True,
+        cwd=work,
+        capture_output=True,
+        text=True,
+    ).stdout
+    survivors = queue_run.undetected(results)
+    print(
+        f"{MODULES[module][0]}: {killed} of {total} mutants killed ({score:.1f}%): "
+        f"{stats['killed']} by a failing test, {stats['timeout']} by a timeout, "
+        f"{stats['segfault']} by a crash; {len(survivors)} not killed"
+    )
+    explained = queue_run.SURVIVORS_FILE.read_text(encoding="utf-8")
+    unexplained = [name for name in survivors if not re.search(re.escape(name) + r"\b", explained)]
+    for name, status in survivors.items():
+        print(f"  {status}: {name}{'  (NOT EXPLAINED)' if name in unexplained else ''}")
+    passed = True
+    if score < threshold:
+        print(f"FAILED: the score of {module} is under {threshold}%")
+        passed = False
+    if unexplained:
+        print(f"FAILED: explain every survivor of {module} in docs/mutation-survivors.md")
+        passed = False
+    return passed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the mutation pass of each module; return 0 when every score and survivor list passes."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threshold", type=float, default=98.0, help="minimum percent killed")
+    parser.add_argument("--module", choices=sorted(MODULES), action="append", help="default: both")
+    args = parser.parse_args(argv)
+    work = Path.cwd()
+    if any(work.iterdir()):
+        raise SystemExit(f"run this from an empty directory, not {work}")
+    results = [
+        run_module(work / module, module, args.threshold) for module in args.module or MODULES
+    ]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
