@@ -571,11 +571,17 @@ class Translator:
         queue_class: type,
         loop_invariants: dict[tuple[str, int], LoopInvariant | LoopSpec],
         ghost: Ghost,
+        unroll: int | None = None,
     ) -> None:
-        """Prepare to run methods of ``queue_class`` against the pre-state ``ghost``."""
+        """Prepare to run methods of ``queue_class`` against the pre-state ``ghost``.
+
+        With ``unroll``, loops are not cut by invariants but run round by round, at most
+        ``unroll`` rounds (longer paths are dropped): for searching counterexamples only.
+        """
         self.queue_class = queue_class
         self.loop_invariants = loop_invariants
         self.ghost = ghost
+        self.unroll = unroll
         self.obligations: list[Obligation] = []
         self._next_list = 0
         self._callers: list[dict[str, Any]] = []
@@ -828,6 +834,8 @@ class Translator:
         where = self._where(function, node)
         if node.orelse:
             raise self._unsupported(function, node, "loop with else")
+        if self.unroll is not None:
+            return self._unrolled(node, state, function)
         key = (function.qualname, function.loops[id(node)])
         found = self.loop_invariants.get(key)
         if found is None:
@@ -973,6 +981,59 @@ class Translator:
             if target is not None:
                 done.env[target] = z3.FreshConst(NODE if items is not None else z3.IntSort())
             outcomes.append(Outcome("fall", None, done, where))
+        return outcomes
+
+    def _unrolled(
+        self, node: ast.For | ast.While, state: State, function: _Function
+    ) -> list[Outcome]:
+        """Run a loop round by round, up to ``self.unroll`` rounds; drop the longer paths."""
+        where = self._where(function, node)
+        items = None
+        target = None
+        if isinstance(node, ast.For):
+            if not isinstance(node.target, ast.Name):
+                raise self._unsupported(function, node, "for with a non-name target")
+            target = node.target.id
+            iterated = node.iter
+            if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name):
+                if self._global(iterated.func.id, function, node) is not range:
+                    raise self._unsupported(function, node, "for over a call other than range")
+                ((state, stop, _),) = self._expression(iterated.args[0], state, function)
+                bound = z3.If(stop < 0, 0, stop)
+            else:
+                ((state, iterable, _),) = self._expression(iterated, state, function)
+                if not isinstance(iterable, ListRef):
+                    raise self._unsupported(function, node, "for over a non-list")
+                items, bound = state.lists[iterable.ident]
+        outcomes: list[Outcome] = []
+        running = [state]
+        for round_number in range(self.unroll or 0):
+            following: list[State] = []
+            for current in running:
+                if target is not None:
+                    outcomes.append(
+                        Outcome("fall", None, current.assume(bound == round_number), where)
+                    )
+                    starts = [current.assume(bound > round_number)]
+                    value = z3.IntVal(round_number) if items is None else items[round_number]
+                    starts[0].env[target] = value
+                elif isinstance(node, ast.While):
+                    starts = []
+                    for after, test, raised in self._expression(node.test, current, function):
+                        condition = self._truth(test, function, node) if raised is None else None
+                        if raised is not None or isinstance(condition, bool):
+                            raise self._unsupported(function, node, "while test of this kind")
+                        outcomes.append(
+                            Outcome("fall", None, after.assume(z3.Not(condition)), where)
+                        )
+                        starts.append(after.assume(condition))
+                for start in starts:
+                    for outcome in self._block(node.body, start, function, None):
+                        if outcome.kind == "fall":
+                            following.append(outcome.state)
+                        else:
+                            outcomes.append(outcome)
+            running = following
         return outcomes
 
     def _store(self, target: ast.expr, value: Any, state: State, function: _Function) -> State:
@@ -1724,8 +1785,13 @@ def prove_operation(
     name: str,
     queue_class: type = FreeBlockQueue,
     loop_invariants: dict[tuple[str, int], LoopInvariant | LoopSpec] | None = None,
+    unroll: int | None = None,
 ) -> list[Obligation]:
-    """Translate ``queue_class.name`` and list its obligations: the code's, and the model's."""
+    """Translate ``queue_class.name`` and list its obligations: the code's, and the model's.
+
+    ``unroll`` runs loops for at most that many rounds instead of cutting them with their
+    invariants (see :func:`find_counterexample`).
+    """
     operation = OPERATIONS[name]
     heap, ghost = _symbolic_state()
     pre = _world() + [formula for _name, formula in invariants(heap, ghost)]
@@ -1760,7 +1826,7 @@ def prove_operation(
             spec_args.append((items, length))
     if operation.precondition is not None:
         pre.append(operation.precondition(ghost, spec_args))
-    translator = Translator(queue_class, loop_invariants or LOOP_INVARIANTS, ghost)
+    translator = Translator(queue_class, loop_invariants or LOOP_INVARIANTS, ghost, unroll)
     start = State(tuple(pre), {}, heap, lists)
     outcomes = translator.run(name, args, start)
     goals = list(translator.obligations)
@@ -1799,6 +1865,76 @@ def _describe_model(model: Any) -> str:
         if argument in names:
             shown.append(f"{argument}={model.eval(z3.Int(argument))}")
     return ", ".join(shown)
+
+
+def concrete_queue(size: int, heap: Heap, ghost: Ghost) -> list[Any]:
+    """Facts that pin the symbolic state to one queue of ``size`` blocks ``b1``, ``b2``, ...
+
+    The universe is the chain, two detached blocks ``d1`` and ``d2``, and None; the only
+    sentinels are this queue's, no block is in another queue. Under these facts z3 decides the
+    obligations at once, where it may time out searching a model over all sizes.
+    """
+    blocks = [z3.Const(f"b{i}", NODE) for i in range(1, size + 1)]
+    detached = [z3.Const(f"d{i}", NODE) for i in (1, 2)]
+    chain = [HEAD, *blocks, TAIL]
+    at, pos = z3.K(z3.IntSort(), TAIL), z3.K(NODE, z3.IntVal(-1))
+    following, preceding = z3.K(NODE, NONE), z3.K(NODE, NONE)
+    for index, member in enumerate(chain):
+        at, pos = z3.Store(at, index, member), z3.Store(pos, member, index)
+        if index + 1 < len(chain):
+            following = z3.Store(following, member, chain[index + 1])
+            preceding = z3.Store(preceding, chain[index + 1], member)
+    x = _X
+    universe = [NONE, *chain, *detached]
+    return [
+        z3.Distinct(*universe),
+        z3.ForAll([x], z3.Or([x == member for member in universe])),
+        z3.ForAll([x], IS_SENTINEL(x) == z3.Or(x == HEAD, x == TAIL)),
+        z3.ForAll([x], z3.Not(LINKED_ELSEWHERE(x))),
+        ghost.at == at,
+        ghost.pos == pos,
+        ghost.n == size,
+        heap.nxt == following,
+        heap.prv == preceding,
+        heap.num == size,
+    ]
+
+
+def find_counterexample(
+    name: str,
+    queue_class: type = FreeBlockQueue,
+    sizes: Iterable[int] = range(4),
+    rounds: int = 3,
+    timeout_ms: int = 5_000,
+) -> Result | None:
+    """Search a concrete counterexample: queues of each of ``sizes``, loops of up to ``rounds``.
+
+    Where the proof over all sizes reports an obligation unproved because z3 ran out of time
+    building a model, this bounded search usually finds one at once. Loops run instead of
+    being cut, so the loop invariants play no part: a counterexample found here is an
+    execution of the code (up to the assumptions) that the model disagrees with.
+    """
+    heap, ghost = _symbolic_state()
+    for size in sizes:
+        facts = concrete_queue(size, heap, ghost)
+        if "batch" in OPERATIONS[name].arguments:
+            # A batch short enough for the unrolled loop, its blocks any of the universe.
+            items = z3.K(z3.IntSort(), NONE)
+            for index in range(rounds - 1):
+                items = z3.Store(items, index, z3.Const(f"item{index}", NODE))
+            facts.append(z3.Array("batch", z3.IntSort(), NODE) == items)
+            facts.append(z3.Int("length") < rounds)
+        for obligation in prove_operation(name, queue_class, unroll=rounds):
+            pinned = Obligation(
+                obligation.name,
+                obligation.where,
+                (*obligation.hypotheses, *facts),
+                obligation.goal,
+            )
+            verdict, seconds, detail = check(pinned, timeout_ms)
+            if verdict == "counterexample":
+                return Result(name, obligation.name, obligation.where, verdict, seconds, detail)
+    return None
 
 
 def check(obligation: Obligation, timeout_ms: int = 20_000) -> tuple[str, float, str]:
@@ -1857,6 +1993,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``--verbose`` lists every obligation with its time; ``--bug NAME`` proves the planted bug
     ``NAME`` of :mod:`specs.planted_bugs` instead of the production queue (and must fail).
+    Where the proof fails without a counterexample (z3 ran out of time, or a planted method
+    has a loop without an invariant), a bounded search for one follows.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
@@ -1868,20 +2006,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = 0.0
     for name in ("lemmas", *OPERATIONS):
         started = time.perf_counter()
-        results = prove([name], queue_class)
+        try:
+            results = prove([name], queue_class)
+        except Unsupported as error:
+            print(f"{name}: not proved: {error}")
+            results, failed = [], [Result(name, str(error), "", "unknown", 0.0)]
+        else:
+            failed = [r for r in results if r.verdict != "proved"]
         elapsed = time.perf_counter() - started
         total += elapsed
-        failed = [r for r in results if r.verdict != "proved"]
-        slowest = max(results, key=lambda r: r.seconds)
-        print(
-            f"{name}: {len(results) - len(failed)}/{len(results)} obligations proved in "
-            f"{elapsed:.2f} s (slowest {slowest.seconds:.2f} s: {slowest.name})"
-        )
-        for result in results if verbose else failed:
+        if results:
+            slowest = max(results, key=lambda r: r.seconds)
             print(
-                f"  {result.verdict}: {result.name} [{result.where}] {result.seconds:.3f} s"
-                f"{' ' + result.counterexample if result.counterexample else ''}"
+                f"{name}: {len(results) - len(failed)}/{len(results)} obligations proved in "
+                f"{elapsed:.2f} s (slowest {slowest.seconds:.2f} s: {slowest.name})"
             )
+            for result in results if verbose else failed:
+                print(
+                    f"  {result.verdict}: {result.name} [{result.where}] {result.seconds:.3f} s"
+                    f"{' ' + result.counterexample if result.counterexample else ''}"
+                )
+        if name != "lemmas" and failed and all(r.verdict == "unknown" for r in failed):
+            found = find_counterexample(name, queue_class)
+            if found is not None:
+                print(
+                    f"  counterexample on a queue of at most 3 blocks: {found.name} "
+                    f"[{found.where}] {found.counterexample}"
+                )
         status |= bool(failed)
     print(f"total {total:.2f} s: {'every obligation proved' if not status else 'NOT PROVED'}")
     return status

@@ -89,11 +89,14 @@ def test_batch_that_is_not_atomic_is_not_proved(bug: str, operation: str) -> Non
         [operation],
         PLANTED_BUGS[bug],
         stop_at_first_failure=True,
-        timeout_ms=3_000,
+        timeout_ms=2_000,
         loop_invariants=invariants,
     )
     assert results[-1].verdict != "proved"
     assert "a refused call changes no link" in results[-1].name
+    found = proof.find_counterexample(operation, PLANTED_BUGS[bug])
+    assert found is not None
+    assert "a refused call changes no link" in found.name
 
 
 #: One-line edits of queue.py, each a bug: the operation whose proof it breaks, and the goal.
@@ -151,10 +154,13 @@ def test_an_edit_to_queue_py_changes_what_is_proved(
 ) -> None:
     """The proof reads queue.py itself: a one-line bug there leaves the goal it breaks unproved."""
     results = proof.prove(
-        [operation], edited_queue(old, new), stop_at_first_failure=True, timeout_ms=3_000
+        [operation], edited_queue(old, new), stop_at_first_failure=True, timeout_ms=2_000
     )
     assert results[-1].verdict != "proved"
     assert goal in results[-1].name
+    found = proof.find_counterexample(operation, edited_queue(old, new))
+    assert found is not None
+    assert goal in found.name
 
 
 def test_popleft_leaving_links_is_not_proved() -> None:
@@ -163,10 +169,19 @@ def test_popleft_leaving_links_is_not_proved() -> None:
         ["popleft"],
         PLANTED_BUGS["popleft_leaves_links"],
         stop_at_first_failure=True,
-        timeout_ms=3_000,
+        timeout_ms=2_000,
     )
     assert results[-1].verdict != "proved"
     assert "detached" in results[-1].name
+    found = proof.find_counterexample("popleft", PLANTED_BUGS["popleft_leaves_links"])
+    assert found is not None
+    assert "detached" in found.name
+
+
+@pytest.mark.parametrize("operation", ["popleft", "remove", "append"])
+def test_bounded_search_finds_nothing_in_the_production_queue(operation: str) -> None:
+    """The counterexample search reports none for the production queue (it is not trigger-happy)."""
+    assert proof.find_counterexample(operation) is None
 
 
 def _concrete_queue(ghost: proof.Ghost, heap: proof.Heap) -> tuple[list[Any], Any, list[Any]]:
