@@ -812,3 +812,22 @@ def test_a_pool_block_with_a_deleted_slot_outside_the_queue_is_not_detached() ->
             family, message = _message(checker, queue, [*blocks, outsider])
             assert family == NO_DUPLICATES
             assert message.endswith(f"expected both None (detached), found {found}"), message
+
+
+def test_a_count_holding_a_sentinel_names_whose_sentinel_it_is() -> None:
+    """A sentinel written into the count is named as this queue's head or tail, or another's."""
+    queue, _ = queue_of(1)
+    other = FreeBlockQueue[Block]().fake_free_list_head
+    for count, shown in (
+        (queue.fake_free_list_head, f"this queue's {queue.fake_free_list_head!r}"),
+        (queue.fake_free_list_tail, f"this queue's {queue.fake_free_list_tail!r}"),
+        (other, f"another queue's {other!r}"),
+    ):
+        if not _writes(queue, "num_free_blocks", count):
+            pytest.skip(UNWRITABLE)
+        for checker in (check_invariants, check_count_consistency):
+            assert _message(checker, queue) == (
+                COUNT_CONSISTENCY,
+                "invariant 2 (count_consistency) broken at the queue: num_free_blocks: "
+                f"expected a non-negative int, found {shown}",
+            )

@@ -317,7 +317,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise violation(
                 SENTINEL_LINKAGE,
                 where,
-                f"prev_free_block of {describe(head, head, tail)}",
+                f"prev_free_block of {describe(head, head)}",
                 "None",
                 describe(head.prev_free_block, head, tail),
             )
@@ -330,7 +330,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     raise violation(
                         SENTINEL_LINKAGE,
                         where,
-                        f"next_free_block of {describe(tail, head, tail)}",
+                        f"next_free_block of {describe(tail, tail=tail)}",
                         "None",
                         describe(tail.next_free_block, head, tail),
                     )
@@ -357,7 +357,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise violation(
                 SENTINEL_LINKAGE,
                 f"{where}, position {position} of the forward walk (head = 0)",
-                f"next_free_block of {describe(previous, head, tail)}",
+                f"next_free_block of {describe(previous, head)}",  # the head or a member
                 "one of this queue's blocks or its tail",
                 describe(node, head, tail),
             )
@@ -368,8 +368,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise violation(
                 SENTINEL_LINKAGE,
                 f"{where}, position {position} of the forward walk (head = 0)",
-                f"prev_free_block of {describe(node, head, tail)}",
-                describe(previous, head, tail),
+                f"prev_free_block of {describe(node)}",  # a member
+                describe(previous, head),  # the head or a member
                 describe(back, head, tail),
             )
 
@@ -404,13 +404,13 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         raise violation(
             SENTINEL_LINKAGE,
             f"{where}, the tail sentinel",
-            f"{what} of {describe(tail, head, tail)}",
+            f"{what} of {describe(tail, tail=tail)}",
             expected,
             describe(found, head, tail),
         )
 
-    def _check_around(self, block: Block, where: str) -> tuple[Block, Block]:
-        """(1): a member's two neighbours are this queue's and link back to it; return them."""
+    def _check_around(self, block: Block, where: str) -> None:
+        """(1): a member's two neighbours are this queue's and link back to it."""
         head = self.fake_free_list_head
         tail = self.fake_free_list_tail
         before = block.prev_free_block
@@ -423,7 +423,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 raise violation(
                     SENTINEL_LINKAGE,
                     where,
-                    f"{side} of {describe(block, head, tail)}",
+                    f"{side} of {describe(block)}",  # a member
                     "one of this queue's blocks or its sentinel",
                     describe(neighbour, head, tail),
                 )
@@ -432,12 +432,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 raise violation(
                     SENTINEL_LINKAGE,
                     where,
-                    f"{back} of {describe(neighbour, head, tail)}, "
-                    f"the {side} of {describe(block, head, tail)}",
-                    describe(block, head, tail),
+                    f"{back} of {describe(neighbour, head, tail)}, the {side} of {describe(block)}",
+                    describe(block),
                     describe(back_link, head, tail),
                 )
-        return before, after  # type: ignore[return-value]  # members or sentinels, checked above
 
     def _reject_cleared_member(self, block: B, where: str) -> None:
         """(1): a member whose links outside code cleared must not be linked a second time."""
@@ -786,6 +784,14 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members[block_id] = block
             if tail.prev_free_block is not block:
                 self._check_back("the end of append()")
+                # A sound back end without the block: it was linked somewhere else.
+                raise violation(
+                    SENTINEL_LINKAGE,
+                    "the end of append(), the tail sentinel",
+                    f"prev_free_block of {describe(tail, tail=tail)}",
+                    f"the appended {describe(block)}",
+                    describe(tail.prev_free_block, self.fake_free_list_head, tail),
+                )
             if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of append()")
         except QueueError:

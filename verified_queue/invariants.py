@@ -218,7 +218,9 @@ def _first_position(head: Block, block: object, limit: int) -> int:
     return 0
 
 
-def _linked_length(queue: Any, classify_repeats: bool, members: set[int] | None = None) -> int:
+def _linked_length(
+    queue: Any, classify_repeats: bool = False, members: set[int] | None = None
+) -> int:
     """Walk the queue checking (1) and return the number of blocks between the sentinels.
 
     With ``classify_repeats``, a back link that disagrees because the walk has
@@ -362,7 +364,7 @@ def check_sentinel_linkage(queue: Any) -> None:
     ...
     verified_queue.errors.InvariantViolation: invariant 1 (sentinel_linkage) broken at position 3...
     """
-    _linked_length(queue, classify_repeats=False)
+    _linked_length(queue)
 
 
 def check_count_consistency(queue: Any) -> None:
