@@ -1195,6 +1195,7 @@ def _front_and_back_cases(
     appends: dict[str, Callable[[], object]] = {
         "append": lambda: q.append(b1),
         "append_n": lambda: q.append_n([spare, b1]),
+        "prepend_n": lambda: q.prepend_n([spare, b1]),
     }
     for name, append in appends.items():
         case(
@@ -1541,3 +1542,53 @@ def test_copies_and_pickles_keep_the_period_and_own_their_blocks(period: int | N
             copy.remove(blocks[0])
         copy.full_check()
     assert same(queue.get_all_free_blocks(), blocks)
+
+
+#: One operation of each kind that counts toward the periodic full check, repeatable.
+_COUNTED_OPERATIONS: dict[str, Callable[[CheckedFreeBlockQueue[Block], Block], object]] = {
+    "popleft": lambda q, _b: q.popleft(),
+    "popleft_n": lambda q, _b: q.popleft_n(1),
+    "remove": lambda q, b: q.remove(b),
+    "append": lambda q, _b: q.append(Block()),
+    "append_n": lambda q, _b: q.append_n([Block()]),
+    "prepend_n": lambda q, _b: q.prepend_n([Block()]),
+    "iter_blocks_after": lambda q, _b: q.iter_blocks_after(None),
+}
+
+
+@pytest.mark.parametrize("operation", _COUNTED_OPERATIONS)
+def test_each_operation_counts_once_toward_the_full_check(operation: str) -> None:
+    """With full_check_every=3, the third operation of any kind after a full check runs the next."""
+    blocks = [Block() for _ in range(6)]
+    queue = _CountingQueue(blocks, full_check_every=3)
+    queue.full_check()  # a fresh period
+    queue.full_checks = 0
+    seen = []
+    for block in blocks:
+        _COUNTED_OPERATIONS[operation](queue, block)
+        seen.append(queue.full_checks)
+    assert seen == [0, 0, 1, 1, 1, 2]
+
+
+@pytest.mark.parametrize("argument", [None, 5, "block", object()], ids=repr)
+def test_a_non_block_argument_gets_the_production_queue_s_error(argument: object) -> None:
+    """remove, iter_blocks_after, append and the batches refuse a non-block as production does."""
+    calls: list[Callable[[FreeBlockQueue[Any]], object]] = [
+        lambda q: q.remove(argument),
+        lambda q: q.iter_blocks_after(argument),
+        lambda q: q.append(argument),
+        lambda q: q.append_n([Block(), argument]),
+        lambda q: q.prepend_n([argument]),
+    ]
+    for call in calls:
+        if argument is None and call is calls[1]:
+            continue  # None is the front cursor
+        errors = []
+        for queue_class in (FreeBlockQueue, CheckedFreeBlockQueue):
+            blocks = [Block(), Block()]
+            queue: FreeBlockQueue[Any] = queue_class(blocks)
+            errors.append(_error(partial(call, queue)))
+            assert same(queue.get_all_free_blocks(), blocks)
+        production, check_mode = errors
+        assert type(check_mode) is type(production)
+        assert str(check_mode) == str(production)

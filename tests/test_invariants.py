@@ -831,3 +831,35 @@ def test_a_count_holding_a_sentinel_names_whose_sentinel_it_is() -> None:
                 "invariant 2 (count_consistency) broken at the queue: num_free_blocks: "
                 f"expected a non-negative int, found {shown}",
             )
+
+
+def test_the_forward_walks_name_the_head_and_unset_slots_word_for_word() -> None:
+    """Every walk names the head at position 0, and an unset next slot, word for word."""
+    queue, blocks = queue_of(2)
+    other = FreeBlockQueue[Block]().fake_free_list_tail
+    head = queue.fake_free_list_head
+    head.next_free_block = other
+    for checker in CHECKERS:
+        assert _message(checker, queue) == (
+            SENTINEL_LINKAGE,
+            f"invariant 1 (sentinel_linkage) broken at position 1 {WALK}: next_free_block of "
+            f"this queue's {head!r} (position 0): expected a block or this queue's tail "
+            f"sentinel, found another queue's {other!r}",
+        )
+    try:
+        del head.next_free_block
+    except AttributeError:
+        pytest.skip("this build's Block refuses to delete a link, so the damage cannot happen")
+    for checker in CHECKERS:
+        assert _message(checker, queue)[1].endswith(
+            "(position 0): expected a block or this queue's tail sentinel, found an unset link slot"
+        ), checker.__name__
+    queue, blocks = queue_of(2)
+    del blocks[0].next_free_block
+    for checker in CHECKERS:
+        assert _message(checker, queue) == (
+            SENTINEL_LINKAGE,
+            f"invariant 1 (sentinel_linkage) broken at position 2 {WALK}: next_free_block of "
+            f"{blocks[0]!r} (position 1): expected a block or this queue's tail sentinel, "
+            "found an unset link slot",
+        ), checker.__name__

@@ -57,7 +57,7 @@ subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, SupportsIndex, TypeVar
+from typing import Any, Final, SupportsIndex, TypeVar
 
 from verified_queue import _switch
 from verified_queue.block import Block, Linkable, Sentinel
@@ -71,7 +71,13 @@ from verified_queue.invariants import (
     is_block,
     violation,
 )
-from verified_queue.queue import FreeBlockQueue, _count_argument, _not_linked
+from verified_queue.queue import (
+    FreeBlockQueue,
+    _can_link,
+    _count_argument,
+    _not_a_block,
+    _not_linked,
+)
 
 __all__ = ["DEFAULT_FULL_CHECK_EVERY", "MIN_FULL_CHECK_PERIOD", "CheckedFreeBlockQueue"]
 
@@ -259,12 +265,13 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             f"{type(error).__name__}: {error}",
         )
 
-    def _expect_joined(self, before: object, after: object, where: str) -> None:
-        """(1): a batch's junction with the old chain links both ways."""
-        if (
-            getattr(before, "next_free_block", None) is not after
-            or getattr(after, "prev_free_block", None) is not before
-        ):
+    def _expect_joined(self, before: Any, after: Any, where: str) -> None:
+        """(1): a batch's junction with the old chain links both ways.
+
+        ``before`` and ``after`` are blocks or sentinels: the start-of-operation
+        checks passed on the end they come from.
+        """
+        if before.next_free_block is not after or after.prev_free_block is not before:
             head = self.fake_free_list_head
             tail = self.fake_free_list_tail
             raise violation(
@@ -273,8 +280,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 f"the links between {describe(before, head, tail)} "
                 f"and {describe(after, head, tail)}",
                 "each naming the other",
-                f"{describe(getattr(before, 'next_free_block', None), head, tail)} and "
-                f"{describe(getattr(after, 'prev_free_block', None), head, tail)}",
+                f"{describe(before.next_free_block, head, tail)} and "
+                f"{describe(after.prev_free_block, head, tail)}",
             )
 
     def _not_taken_from_here(self, block: object, where: str) -> InvariantViolation:
@@ -456,6 +463,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         """The error for a non-member where a member is needed (foreign, detached, spliced in)."""
         if isinstance(block, Sentinel):
             return _not_linked(operation, block)
+        if not _can_link(block):
+            return _not_a_block(operation, block)  # the production queue's WrongTypeError
         operation = f"{operation}({describe(block)})"
         before = getattr(block, "prev_free_block", None)
         after = getattr(block, "next_free_block", None)

@@ -190,17 +190,19 @@ def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
         )
 
 
-def _reject_non_block(
-    node: object, previous: object, position: int, head: Block, tail: Block
-) -> None:
-    """(1): the node reached at ``position`` must be a block that is not a sentinel."""
+def _reject_non_block(node: object, previous: object, position: int, head: Block) -> None:
+    """(1): the node reached at ``position`` must be a block that is not a sentinel.
+
+    Only the head is passed to name sentinels: the walk stops at this queue's
+    tail before it gets here, and ``previous`` is the head or a block.
+    """
     if isinstance(node, Sentinel) or not is_block(node):
         raise violation(
             SENTINEL_LINKAGE,
             _at(position),
-            f"next_free_block of {describe(previous, head, tail)} (position {position - 1})",
+            f"next_free_block of {describe(previous, head)} (position {position - 1})",
             "a block or this queue's tail sentinel",
-            describe(node, head, tail),
+            describe(node, head),
         )
 
 
@@ -233,7 +235,7 @@ def _linked_length(
     node: object = getattr(head, "next_free_block", _UNSET)  # _UNSET: a deleted slot
     position = 1
     while node is not tail:
-        _reject_non_block(node, previous, position, head, tail)
+        _reject_non_block(node, previous, position, head)
         try:
             back: object = node.prev_free_block  # type: ignore[attr-defined]  # a Block, checked above
         except AttributeError:  # a deleted slot
@@ -294,7 +296,7 @@ def _forward_length(queue: Any) -> int:
     node: object = getattr(head, "next_free_block", _UNSET)  # _UNSET: a deleted slot
     position = 1
     while node is not tail:
-        _reject_non_block(node, previous, position, head, tail)
+        _reject_non_block(node, previous, position, head)
         if node is anchor:
             # The cycle has ``span`` blocks; the first repeated block is where a
             # walker started ``span`` steps ahead first meets one from the head.
@@ -393,7 +395,7 @@ def check_count_consistency(queue: Any) -> None:
     node: object = getattr(head, "next_free_block", _UNSET)  # _UNSET: a deleted slot
     length = 0
     while node is not tail:
-        _reject_non_block(node, previous, length + 1, head, tail)
+        _reject_non_block(node, previous, length + 1, head)
         length += 1
         if length > count:
             # More blocks than counted, or a cycle: a second walk tells which.
