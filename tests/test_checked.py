@@ -839,16 +839,31 @@ class _World:
         )
 
 
-def _world() -> _World:
+def _world(checked_queue: bool = True) -> _World:
+    """The world of the raises-before-writing test; with ``checked_queue=False``, production's."""
     blocks = [Block() for _ in range(4)]
     other_blocks = [Block()]
-    return _World(
-        CheckedFreeBlockQueue(blocks, full_check_every=0),
-        blocks,
-        [Block(), Block()],
-        CheckedFreeBlockQueue(other_blocks, full_check_every=0),
-        other_blocks,
-    )
+
+    def make(members: list[Block]) -> Any:
+        if checked_queue:
+            return CheckedFreeBlockQueue(members, full_check_every=0)
+        return FreeBlockQueue(members)
+
+    return _World(make(blocks), blocks, [Block(), Block()], make(other_blocks), other_blocks)
+
+
+def _by_index(world: _World, value: object) -> object:
+    """``value`` with every node of ``world`` replaced by its index: comparable across worlds."""
+    nodes = world.nodes()
+    if isinstance(value, (list, tuple)):
+        return [_by_index(world, item) for item in value]
+    return next((i for i, node in enumerate(nodes) if node is value), value)
+
+
+def _outcome_by_index(world: _World, result: object) -> object:
+    """The result, every link of the world and the count, as indexes."""
+    links = [(n.prev_free_block, n.next_free_block) for n in world.nodes()]
+    return _by_index(world, [result, *links]), world.queue.num_free_blocks
 
 
 def _identical(left: object, right: object) -> bool:
@@ -948,13 +963,43 @@ def test_every_checked_operation_raises_before_writing_anything() -> None:
             damage(world)
             before = world.snapshot()
             try:
-                operation(world)
+                result = operation(world)
             except QueueError:
                 raised[name] += 1
                 assert _identical(world.snapshot(), before), (label, name)
-    # Every operation meets some of the faults; len() and bool() read only the count.
-    assert min(raised.values()) >= 4, raised
-    assert sum(raised.values()) > 1000
+                continue
+            if name == "full_check":
+                continue
+            # Damage out of the operation's reach: it acts exactly as production does.
+            twin = _world(checked_queue=False)
+            damage(twin)
+            expected = _outcome_by_index(twin, operation(twin))
+            assert _outcome_by_index(world, result) == expected, (label, name)
+    # How many of the 137 faults each operation's O(1) checks meet. A change here changes
+    # what check mode catches where, and must be looked at (len() and bool() read the count).
+    assert raised == {
+        "popleft": 54,
+        "popleft_n(1)": 54,
+        "popleft_n(3)": 95,
+        "popleft_n(4)": 115,
+        "remove(b0)": 44,
+        "remove(b1)": 45,
+        "remove(b3)": 44,
+        "remove(another queue's block)": 137,
+        "append(spare)": 34,
+        "append(b1)": 137,
+        "append_n(spares)": 34,
+        "append_n(iterator)": 34,
+        "prepend_n(spares)": 34,
+        "prepend_n(iterator)": 34,
+        "iter_blocks_after(b1)": 73,
+        "iter_blocks_after(None)": 90,
+        "iterate": 125,
+        "get_all_free_blocks": 125,
+        "len": 4,
+        "bool": 4,
+        "full_check": 125,
+    }
 
 
 # ----------------------------------------------------- every diagnostic, word for word
@@ -1234,6 +1279,22 @@ def _front_and_back_cases(
         SENTINEL_LINKAGE,
         f"invariant 1 (sentinel_linkage) broken at the start of append(), the tail sentinel: "
         f"prev_free_block of {own_tail}: expected a block followed by the tail, found {own_head}",
+    )
+    case(
+        lambda: setattr(b1, "prev_free_block", None),
+        lambda: q.iter_blocks_after(b1),
+        SENTINEL_LINKAGE,
+        "invariant 1 (sentinel_linkage) broken at the start of iter_blocks_after(): "
+        f"prev_free_block of {b1!r}: expected one of this queue's blocks or its sentinel, "
+        "found None",
+    )
+    case(
+        lambda: setattr(b0, "next_free_block", b2),
+        lambda: q.iter_blocks_after(b1),
+        SENTINEL_LINKAGE,
+        "invariant 1 (sentinel_linkage) broken at the start of iter_blocks_after(): "
+        f"next_free_block of {b0!r}, the prev_free_block of {b1!r}: expected {b1!r}, "
+        f"found {b2!r}",
     )
     case(
         lambda: setattr(b3, "prev_free_block", b1),

@@ -566,6 +566,12 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 return self._iterate(self.fake_free_list_tail, -1)
             if id(cursor) not in members:
                 raise self._not_a_member(cursor, "iter_blocks_after")
+            # The walk checks the links after the cursor; its link back is checked here.
+            before = cursor.prev_free_block
+            if (
+                id(before) not in members and before is not self.fake_free_list_head
+            ) or before.next_free_block is not cursor:  # type: ignore[union-attr]  # member or head
+                self._check_around(cursor, "the start of iter_blocks_after()")  # type: ignore[arg-type]  # a member, so a Block
             return self._iterate(cursor, -1)  # type: ignore[arg-type]  # a member, so a Block
         except QueueError:
             raise
