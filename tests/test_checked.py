@@ -1653,3 +1653,105 @@ def test_a_non_block_argument_gets_the_production_queue_s_error(argument: object
         production, check_mode = errors
         assert type(check_mode) is type(production)
         assert str(check_mode) == str(production)
+
+
+def _count_drifting(operation: str) -> type[FreeBlockQueue[Block]]:
+    """A production class whose ``operation`` does its work, then moves the count up by one."""
+
+    def drifting(self: FreeBlockQueue[Block], *args: Any) -> Any:
+        result = getattr(FreeBlockQueue, operation)(self, *args)
+        if args != ([],):  # an empty batch (the constructor's) is left alone
+            self.num_free_blocks += 1
+        return result
+
+    return type(f"Drifting_{operation}", (FreeBlockQueue,), {"__slots__": (), operation: drifting})
+
+
+#: Each mutating operation, on a queue of three blocks: the call, and the size it leaves.
+_MUTATIONS: dict[str, tuple[Callable[[Any, list[Block]], object], int]] = {
+    "popleft": (lambda q, _b: q.popleft(), 2),
+    "popleft_n": (lambda q, _b: q.popleft_n(2), 1),
+    "remove": (lambda q, b: q.remove(b[1]), 2),
+    "append": (lambda q, _b: q.append(Block()), 4),
+    "append_n": (lambda q, _b: q.append_n([Block(), Block()]), 5),
+    "prepend_n": (lambda q, _b: q.prepend_n([Block()]), 4),
+}
+
+
+def _faulty_started(base: type[FreeBlockQueue[Block]], size: int) -> tuple[Any, list[Block]]:
+    """Like ``_faulty``, but linked by the production append_n: a faulty one cannot start it."""
+    queue, _ = _faulty(base, 0)
+    blocks = [Block() for _ in range(size)]
+    FreeBlockQueue.append_n(queue, blocks)
+    queue._members.update((id(block), block) for block in blocks)
+    return queue, blocks
+
+
+@pytest.mark.parametrize("operation", _MUTATIONS)
+def test_each_end_of_operation_count_check_word_for_word(operation: str) -> None:
+    """A base class that moves the count is caught as each operation ends, by name and numbers."""
+    call, size = _MUTATIONS[operation]
+    queue, blocks = _faulty_started(_count_drifting(operation), 3)
+    assert str(_error(lambda: call(queue, blocks))) == (
+        f"invariant 2 (count_consistency) broken at the end of {operation}(): num_free_blocks: "
+        f"expected {size} (the blocks this queue holds), found {size + 1}"
+    )
+
+
+class _PopleftKeepsHead(FreeBlockQueue[Block]):
+    """Pops the front block but leaves the head pointing at it."""
+
+    __slots__ = ()
+
+    def popleft(self) -> Block:
+        block = super().popleft()
+        self.fake_free_list_head.next_free_block = block
+        return block
+
+
+class _PrependNClearsNewFront(FreeBlockQueue[Block]):
+    """Links the batch, then clears the new front block's link back to the head."""
+
+    __slots__ = ()
+
+    def prepend_n(self, blocks: Iterable[Block]) -> None:
+        super().prepend_n(blocks)
+        front = self.fake_free_list_head.next_free_block
+        if front is not None:
+            front.prev_free_block = None
+
+
+class _AppendNLeavesTail(FreeBlockQueue[Block]):
+    """Links the batch but leaves the tail's back link on the old last block."""
+
+    __slots__ = ()
+
+    def append_n(self, blocks: Iterable[Block]) -> None:
+        old_last = self.fake_free_list_tail.prev_free_block
+        super().append_n(blocks)
+        self.fake_free_list_tail.prev_free_block = old_last
+
+
+def test_the_end_of_operation_front_and_back_checks_word_for_word() -> None:
+    """A front or back end left unsound by the base class is named as its operation ends."""
+    queue, (b0, _, _) = _faulty(_PopleftKeepsHead, 3)
+    head = queue.fake_free_list_head
+    assert str(_error(queue.popleft)) == (
+        f"invariant 1 (sentinel_linkage) broken at the end of popleft(), position 1 {_WALK}: "
+        f"next_free_block of this queue's {head!r}: expected one of this queue's blocks or "
+        f"its tail, found {b0!r}"
+    )
+    queue, _ = _faulty(_PrependNClearsNewFront, 3)
+    head = queue.fake_free_list_head
+    new = Block()
+    assert str(_error(lambda: queue.prepend_n([new]))) == (
+        f"invariant 1 (sentinel_linkage) broken at the end of prepend_n(), position 1 {_WALK}: "
+        f"prev_free_block of {new!r}: expected this queue's {head!r}, found None"
+    )
+    queue, blocks = _faulty_started(_AppendNLeavesTail, 3)
+    tail = queue.fake_free_list_tail
+    assert str(_error(lambda: queue.append_n([Block()]))) == (
+        "invariant 1 (sentinel_linkage) broken at the end of append_n(), the tail sentinel: "
+        f"prev_free_block of this queue's {tail!r}: expected a block followed by the tail, "
+        f"found {blocks[2]!r}"
+    )
