@@ -1252,6 +1252,36 @@ def _front_and_back_cases(
             "found both None (cleared by outside code while the block was in the queue)",
         )
     case(
+        lambda: setattr(b1, "prev_free_block", head),
+        lambda: q.popleft_n(3),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of popleft_n(), position 2 {_WALK}: "
+        f"prev_free_block of {b1!r}: expected {b0!r}, found {own_head}",
+    )
+    case(
+        lambda: setattr(tail, "prev_free_block", tail),
+        lambda: q.append(spare),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of append(), the tail sentinel: "
+        f"prev_free_block of {own_tail}: expected one of this queue's blocks or its head, "
+        f"found {own_tail}",
+    )
+    case(
+        lambda: setattr(b2, "next_free_block", head),
+        lambda: q.remove(b2),
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at the start of remove(): next_free_block of "
+        f"{b2!r}: expected one of this queue's blocks or its sentinel, found {own_head}",
+    )
+    for stray, shown in ((head, own_head), (tail, own_tail)):
+        case(
+            partial(setattr, b0, "next_free_block", stray),
+            lambda: q.remove(b1),
+            SENTINEL_LINKAGE,
+            f"invariant 1 (sentinel_linkage) broken at the start of remove(): next_free_block of "
+            f"{b0!r}, the prev_free_block of {b1!r}: expected {b1!r}, found {shown}",
+        )
+    case(
         lambda: setattr(b1, "next_free_block", head),
         lambda: q.popleft_n(3),
         SENTINEL_LINKAGE,
@@ -1754,4 +1784,76 @@ def test_the_end_of_operation_front_and_back_checks_word_for_word() -> None:
         "invariant 1 (sentinel_linkage) broken at the end of append_n(), the tail sentinel: "
         f"prev_free_block of this queue's {tail!r}: expected a block followed by the tail, "
         f"found {blocks[2]!r}"
+    )
+
+
+class _PopleftReturnsHead(FreeBlockQueue[Block]):
+    """Hands out the head sentinel of an empty queue instead of raising."""
+
+    __slots__ = ()
+
+    def popleft(self) -> Block:
+        if not self.num_free_blocks:
+            return self.fake_free_list_head
+        return super().popleft()
+
+
+def test_a_returned_head_is_named_as_this_queue_s() -> None:
+    """A base class that hands out the head sentinel is named as handing out this queue's head."""
+    queue, _ = _faulty(_PopleftReturnsHead, 0)
+    head = queue.fake_free_list_head
+    assert str(_error(queue.popleft)) == (
+        "invariant 3 (no_duplicates) broken at the end of popleft(): a block the operation "
+        f"returned: expected one of this queue's blocks, found this queue's {head!r}"
+    )
+
+
+def test_damage_met_in_the_middle_of_an_iteration_word_for_word() -> None:
+    """A link damaged while an iteration is under way is named with the iteration's position."""
+    queue, (b0, b1, _, b3) = checked(4)
+    walk = iter(queue)
+    assert next(walk) is b0
+    b1.prev_free_block = b3
+    assert str(_error(lambda: next(walk))) == (
+        f"invariant 1 (sentinel_linkage) broken at iteration, position 2 {_WALK}: "
+        f"prev_free_block of {b1!r}: expected {b0!r}, found {b3!r}"
+    )
+
+
+def test_a_deleted_count_is_named_by_len_and_bool() -> None:
+    """len() and bool() of a queue whose count was deleted raise a count violation, not an error."""
+    for read in (len, bool):
+        queue, _ = checked(2)
+        try:
+            del queue.num_free_blocks
+        except (AttributeError, TypeError):
+            pytest.skip("this build's queue refuses to delete its count")
+        assert str(_error(partial(read, queue))) == (
+            f"invariant 2 (count_consistency) broken at {read.__name__}(): num_free_blocks: "
+            "expected an int, found None"
+        )
+
+
+def _count_floating(operation: str) -> type[FreeBlockQueue[Block]]:
+    """A production class whose ``operation`` does its work, then leaves the count a float."""
+
+    def floating(self: FreeBlockQueue[Block], *args: Any) -> Any:
+        result = getattr(FreeBlockQueue, operation)(self, *args)
+        if args != ([],):  # an empty batch (the constructor's) is left alone
+            self.num_free_blocks = float(self.num_free_blocks)  # type: ignore[assignment]  # the fault
+        return result
+
+    return type(f"Floating_{operation}", (FreeBlockQueue,), {"__slots__": (), operation: floating})
+
+
+@pytest.mark.parametrize("operation", _MUTATIONS)
+def test_each_end_of_operation_count_type_check_word_for_word(operation: str) -> None:
+    """A base class that leaves a float count is caught as each operation ends."""
+    if not _writes(checked(0)[0], "num_free_blocks", 1.0):
+        pytest.skip("this build's typed count refuses a float")
+    call = _MUTATIONS[operation][0]
+    queue, blocks = _faulty_started(_count_floating(operation), 3)
+    assert str(_error(lambda: call(queue, blocks))) == (
+        f"invariant 2 (count_consistency) broken at the end of {operation}(): num_free_blocks: "
+        f"expected an int, found a non-block {object.__repr__(queue.num_free_blocks)}"
     )

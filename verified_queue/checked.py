@@ -299,9 +299,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         return id(node) in self._members
 
     def _expect_count(self, where: str) -> None:
-        """(2): ``num_free_blocks`` equals the membership's size."""
-        count = self.num_free_blocks
-        if type(count) is not int:
+        """(2): ``num_free_blocks`` equals the membership's size (a deleted count reads None)."""
+        count = getattr(self, "num_free_blocks", None)
+        if count.__class__ is not int:
             raise violation(COUNT_CONSISTENCY, where, "num_free_blocks", "an int", describe(count))
         if count != len(self._members):
             raise violation(
@@ -360,13 +360,12 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         """(1): ``node``, the successor of ``previous``, is a member linking back to it."""
         if not self._is_member(node):
             head = self.fake_free_list_head
-            tail = self.fake_free_list_tail
             raise violation(
                 SENTINEL_LINKAGE,
                 f"{where}, position {position} of the forward walk (head = 0)",
                 f"next_free_block of {describe(previous, head)}",  # the head or a member
                 "one of this queue's blocks or its tail",
-                describe(node, head, tail),
+                describe(node, head),  # the callers stop at this queue's tail first
             )
         back = node.prev_free_block  # type: ignore[attr-defined]  # a member, so a Block
         if back is not previous:
@@ -492,30 +491,20 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1)
         """
-        try:
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(self._members):
-                self._expect_count("len()")
-            return super().__len__()
-        except QueueError:
-            raise
-        except (AttributeError, TypeError) as error:
-            # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("len()", error) from error
+        count: int = getattr(self, "num_free_blocks", -1)  # -1: deleted by outside code
+        if count.__class__ is not int or count != len(self._members):
+            self._expect_count("len()")
+        return count
 
     def __bool__(self) -> bool:
         """Return whether any block is free, after checking the count.
 
         Runtime complexity: O(1)
         """
-        try:
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(self._members):
-                self._expect_count("bool()")
-            return super().__bool__()
-        except QueueError:
-            raise
-        except (AttributeError, TypeError) as error:
-            # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("bool()", error) from error
+        count: int = getattr(self, "num_free_blocks", -1)  # -1: deleted by outside code
+        if count.__class__ is not int or count != len(self._members):
+            self._expect_count("bool()")
+        return count != 0
 
     def __contains__(self, block: object) -> bool:
         """Return whether ``block`` itself is in this queue, from the membership.
@@ -538,7 +527,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(n)
         """
         self.full_check()
-        return self._iterate(self.fake_free_list_head, 0)
+        return self._iterate(self.fake_free_list_head, "iteration")
 
     def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
         """Yield the free blocks after ``cursor``; a cursor that is not a member is rejected.
@@ -554,16 +543,16 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         """
         try:
             members = self._members
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of iter_blocks_after()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
             if cursor is None or cursor is self.fake_free_list_head:
-                return self._iterate(self.fake_free_list_head, 0)
+                return self._iterate(self.fake_free_list_head, "iteration")
             if cursor is self.fake_free_list_tail:
-                return self._iterate(self.fake_free_list_tail, -1)
+                return iter(())
             if id(cursor) not in members:
                 raise self._not_a_member(cursor, "iter_blocks_after")
             # The walk checks the links after the cursor; its link back is checked here.
@@ -572,22 +561,22 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 id(before) not in members and before is not self.fake_free_list_head
             ) or before.next_free_block is not cursor:  # type: ignore[union-attr]  # member or head
                 self._check_around(cursor, "the start of iter_blocks_after()")  # type: ignore[arg-type]  # a member, so a Block
-            return self._iterate(cursor, -1)  # type: ignore[arg-type]  # a member, so a Block
+            return self._iterate(cursor, "iteration after a cursor")  # type: ignore[arg-type]  # a member, so a Block
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise self._damaged("iter_blocks_after()", error) from error
 
-    def _iterate(self, start: Block, position: int) -> Iterator[B]:
-        """Yield the members after ``start``, checking each link; ``position`` of start, or -1."""
+    def _iterate(self, start: Block, where: str) -> Iterator[B]:
+        """Yield the members after ``start`` (the head or a member), checking each link.
+
+        ``where`` names the walk in diagnostics; positions count from ``start``.
+        """
         try:
             tail = self.fake_free_list_tail
             block: Block = start
-            if block is tail:
-                return
-            where = "iteration" if position >= 0 else "iteration after a cursor"
-            position = max(position, 0)
+            position = 0
             while True:
                 following = block.next_free_block
                 position += 1
@@ -604,7 +593,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("iteration", error) from error
+            raise self._damaged(where, error) from error
 
     def get_all_free_blocks(self) -> list[B]:
         """Run the full check, then return a new list of the free blocks, front first.
@@ -625,7 +614,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         """
         try:
             members = self._members
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of popleft()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
@@ -652,7 +641,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 raise self._not_taken_from_here(block, "the end of popleft()")
             if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
                 self._check_front(0, "the end of popleft()")
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of popleft()")
             return block
         except QueueError:
@@ -687,7 +676,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             count: int = n if type(n) is int else _count_argument("popleft_n", n)
             members = self._members
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of popleft_n()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
@@ -701,7 +690,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     raise self._not_taken_from_here(block, "the end of popleft_n()")
             if not self._front_is_sound(0):
                 self._check_front(0, "the end of popleft_n()")
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of popleft_n()")
             return popped
         except QueueError:
@@ -722,7 +711,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         """
         try:
             members = self._members
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of remove()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
@@ -750,7 +739,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     "each naming the other",
                     f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",  # type: ignore[union-attr]  # checked
                 )
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of remove()")
         except QueueError:
             raise
@@ -775,7 +764,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         """
         try:
             members = self._members
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of append()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
@@ -807,7 +796,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     f"the appended {describe(block)}",
                     describe(tail.prev_free_block, self.fake_free_list_head, tail),
                 )
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of append()")
         except QueueError:
             raise
@@ -823,7 +812,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
             members = self._members
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of append_n()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
@@ -841,7 +830,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 self._check_back("the end of append_n()")
             if batch:
                 self._expect_joined(before, batch[0], "the end of append_n()")
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of append_n()")
         except QueueError:
             raise
@@ -857,7 +846,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
             members = self._members
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of prepend_n()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
@@ -875,7 +864,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 self._check_front(0, "the end of prepend_n()")
             if batch:
                 self._expect_joined(batch[-1], after, "the end of prepend_n()")
-            if type(self.num_free_blocks) is not int or self.num_free_blocks != len(members):
+            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of prepend_n()")
         except QueueError:
             raise
