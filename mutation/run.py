@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ["verified_queue", "specs", "tests", "setup.cfg", "pyproject.toml", "README.md"]
+# bench/ too: the CLI's tests run ``verified_queue bench --checkout`` against the copy.
+COPIED = ["verified_queue", "specs", "tests", "bench", "setup.cfg", "pyproject.toml", "README.md"]
 SURVIVORS_FILE = ROOT / "docs" / "mutation-survivors.md"
 DETECTED = ("killed", "timeout", "segfault")
 
