@@ -536,14 +536,14 @@ def test_free_blocks_hands_another_pools_block_to_that_pool(vllm: VllmCode) -> N
 
 
 # ---------------------------------------------------------------------------
-# The change a user makes to vLLM's files, as the README shows it.
+# The change a user makes to vLLM's files, as the documentation shows it.
 
 
 @pytest.mark.parametrize("form", FORMS)
 def test_vllms_files_with_the_documented_edits_run_the_prefill_scenario(
     wheel: Path, form: str
 ) -> None:
-    """vLLM's two files with the README's edits applied (not stubbed in) give vLLM's free order."""
+    """vLLM's two files with the documented edits (not stubbed in) give vLLM's free order."""
     edited = load_patched(wheel, compiled_form=form == "Block subclass")
     assert issubclass(edited.KVCacheBlock, Block) == (form == "Block subclass")
     pool = edited.BlockPool(11, True, BLOCK_SIZE)
@@ -553,12 +553,12 @@ def test_vllms_files_with_the_documented_edits_run_the_prefill_scenario(
 
 
 def test_the_documentation_shows_the_exact_diff(wheel: Path) -> None:
-    """Every page that shows the diff of an edited vLLM file shows it exactly; README.md does."""
+    """Every page that shows the diff of an edited vLLM file shows it exactly; docs/vllm.md does."""
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     texts = {page.name: page.read_text(encoding="utf-8") for page in pages if page.is_file()}
     for member in (BLOCK_POOL, KV_CACHE_UTILS):
         diff = drop_in_diff(wheel, member)
         showing = [name for name, text in texts.items() if f"--- a/{member}" in text]
-        assert "README.md" in showing
+        assert "vllm.md" in showing
         for name in showing:
             assert diff in texts[name], f"{name}: the diff of {member} is stale"
