@@ -152,6 +152,7 @@ def test_the_smallest_pool_still_serves_every_request() -> None:
         ({"block_size": 0}, "at least one token"),
         ({"blocks": 1}, "too small"),
         ({"blocks": 2, "block_size": 1}, "too small"),
+        ({"blocks": 1_000_000_000}, "at most 10,000,000 blocks"),
         ({"inject": "use-after-free"}, "unknown fault"),
         ({"key_function": "md5"}, "unknown key function"),
     ],

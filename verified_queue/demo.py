@@ -90,6 +90,11 @@ _UNIQUE_TOKENS_START: Final = 1_000_000_000
 # The fewest token slots a pool needs: a one-token prompt and one output token.
 _MIN_CAPACITY: Final = 2
 
+#: The largest pool the demo builds. Each block is a Python object of a few hundred bytes,
+#: so a mistyped size (a billion) would fill memory before the first request; the demo's
+#: point is shown by thousands.
+MAX_DEMO_BLOCKS: Final = 10_000_000
+
 
 @dataclass(frozen=True)
 class DemoConfig:
@@ -499,6 +504,11 @@ def _validate(config: DemoConfig) -> None:
         raise ValueError(f"--requests {config.requests}: at least one request is needed")
     if config.block_size < 1:
         raise ValueError(f"--block-size {config.block_size}: a block holds at least one token")
+    if config.blocks > MAX_DEMO_BLOCKS:
+        raise ValueError(
+            f"--blocks {config.blocks}: the demo builds at most {MAX_DEMO_BLOCKS:,} blocks "
+            "(each is a Python object; a pool this large would fill memory first)"
+        )
     if config.blocks < 2 or (config.blocks - 1) * config.block_size < _MIN_CAPACITY:
         raise ValueError(
             f"--blocks {config.blocks} of {config.block_size} tokens: too small for any "
