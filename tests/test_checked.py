@@ -1857,3 +1857,22 @@ def test_each_end_of_operation_count_type_check_word_for_word(operation: str) ->
         f"invariant 2 (count_consistency) broken at the end of {operation}(): num_free_blocks: "
         f"expected an int, found a non-block {object.__repr__(queue.num_free_blocks)}"
     )
+
+
+def test_a_diagnosis_that_finds_nothing_says_check_mode_disagrees_with_itself() -> None:
+    """The always-raising diagnostic helpers, called on a sound queue, report the disagreement."""
+    queue, blocks = checked(3)
+    helpers: list[Callable[[str], None]] = [
+        partial(queue._check_around, blocks[1]),
+        queue._check_back,
+        queue._expect_count,
+    ]
+    for helper in helpers:
+        error = _error(partial(helper, "here"))
+        assert isinstance(error, InvariantViolation)
+        assert str(error) == (
+            "invariant 1 (sentinel_linkage) broken at here: the links and the count an O(1) "
+            "check read: expected a fault its diagnosis can name, found none: check mode's "
+            "inline test and its diagnosis disagree"
+        )
+    queue.full_check()

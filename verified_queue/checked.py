@@ -221,8 +221,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         verified_queue.errors.InvariantViolation: invariant 1 (sentinel_linkage) broken at posi...
         """
         check_invariants(self)
-        self._expect_count("the full check")
         members = self._members
+        if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
+            self._expect_count("the full check")
         tail = self.fake_free_list_tail
         # check_invariants passed, so the chain is n distinct blocks ending at the tail,
         # and n == len(members): the chain is the membership iff each block is a member.
@@ -265,6 +266,20 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             f"{type(error).__name__}: {error}",
         )
 
+    def _unexplained(self, where: str) -> InvariantViolation:
+        """The violation for an inline test that failed where its diagnostic helper finds nothing.
+
+        The two test the same links, so this is a fault in check mode itself; it is
+        still reported as a violation, so that check mode raises only ``QueueError``.
+        """
+        return violation(
+            SENTINEL_LINKAGE,
+            where,
+            "the links and the count an O(1) check read",
+            "a fault its diagnosis can name",
+            "none: check mode's inline test and its diagnosis disagree",
+        )
+
     def _expect_joined(self, before: Any, after: Any, where: str) -> None:
         """(1): a batch's junction with the old chain links both ways.
 
@@ -299,7 +314,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         return id(node) in self._members
 
     def _expect_count(self, where: str) -> None:
-        """(2): ``num_free_blocks`` equals the membership's size (a deleted count reads None)."""
+        """(2): ``num_free_blocks`` equals the membership's size (a deleted count reads None).
+
+        Called only once an inline test has found the count wrong, so it always raises.
+        """
         count = getattr(self, "num_free_blocks", None)
         if count.__class__ is not int:
             raise violation(COUNT_CONSISTENCY, where, "num_free_blocks", "an int", describe(count))
@@ -311,6 +329,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 f"{len(self._members)} (the blocks this queue holds)",
                 repr(count),
             )
+        raise self._unexplained(where)
 
     def _check_front(self, steps: int, where: str) -> None:
         """(1), (2): check the first ``steps`` blocks and the node after them, in O(steps).
@@ -380,7 +399,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             )
 
     def _check_back(self, where: str) -> None:
-        """(1), (2): check the tail and the block before it, in O(1)."""
+        """(1), (2): check the tail and the block before it, in O(1).
+
+        Called only once an inline test has found the back end wrong, so it always raises.
+        """
         head = self.fake_free_list_head
         tail = self.fake_free_list_tail
         after_tail = tail.next_free_block
@@ -406,7 +428,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 f"{self.num_free_blocks}",
             )
         else:
-            return
+            raise self._unexplained(where)
         raise violation(
             SENTINEL_LINKAGE,
             f"{where}, the tail sentinel",
@@ -416,7 +438,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         )
 
     def _check_around(self, block: Block, where: str) -> None:
-        """(1): a member's two neighbours are this queue's and link back to it."""
+        """(1): a member's two neighbours are this queue's and link back to it.
+
+        Called only once an inline test has found one of them wrong, so it always raises.
+        """
         head = self.fake_free_list_head
         tail = self.fake_free_list_tail
         before = block.prev_free_block
@@ -442,6 +467,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     describe(block),
                     describe(back_link, head, tail),
                 )
+        raise self._unexplained(where)
 
     def _reject_cleared_member(self, block: B, where: str) -> None:
         """(1): a member whose links outside code cleared must not be linked a second time."""
@@ -787,8 +813,6 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._super_append(block)
             members[block_id] = block
             if tail.prev_free_block is not block:
-                self._check_back("the end of append()")
-                # A sound back end without the block: it was linked somewhere else.
                 raise violation(
                     SENTINEL_LINKAGE,
                     "the end of append(), the tail sentinel",
