@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy as copy_module
+import itertools
 import pickle
 import re
 from collections.abc import Callable, Iterable
@@ -1381,6 +1382,11 @@ def test_each_membership_diagnostic_word_for_word() -> None:
     assert str(_error(lambda: q.remove(foreign))) == (
         f"remove({foreign!r}): it is linked in another queue"
     )
+    half = Block()
+    half.next_free_block = b1  # one link set: not detached, so not "not linked"
+    assert str(_error(lambda: q.remove(half))) == f"remove({half!r}): it is linked in another queue"
+    half.next_free_block, half.prev_free_block = None, b1
+    assert str(_error(lambda: q.remove(half))) == f"remove({half!r}): it is linked in another queue"
     other_head = world.other.fake_free_list_head
     assert str(_error(lambda: q.remove(other_head))).endswith(
         "it is a queue sentinel, which never leaves its queue"
@@ -1822,8 +1828,8 @@ def test_damage_met_in_the_middle_of_an_iteration_word_for_word() -> None:
 
 def test_a_deleted_count_is_named_by_len_and_bool() -> None:
     """len() and bool() of a queue whose count was deleted raise a count violation, not an error."""
-    for read in (len, bool):
-        queue, _ = checked(2)
+    for read, size in itertools.product((len, bool), (0, 1, 2)):
+        queue, _ = checked(size)
         try:
             del queue.num_free_blocks
         except (AttributeError, TypeError):
