@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import pytest
 from block_types import NumberedBlock, numbered, numbers, snapshot
@@ -730,3 +731,144 @@ def test_popleft_n_over_a_link_cleared_inside_the_run_changes_nothing() -> None:
     with pytest.raises(InvariantViolation, match="popleft_n"):
         queue.popleft_n(3)
     assert snapshot_links(queue, blocks) == before
+
+
+# ------------------------------------------------------- messages, word for word
+
+
+@pytest.mark.parametrize(
+    ("operation", "message"),
+    [
+        ("append", "append(): the tail sentinel's prev_free_block is not a block"),
+        ("append_n", "append_n(): the tail sentinel's prev_free_block is not a block"),
+        ("prepend_n", "prepend_n(): the head sentinel's next_free_block is not a block"),
+        ("popleft", "popleft(): the head sentinel's next_free_block is not a block"),
+        ("popleft_n", "popleft_n(): the head sentinel's next_free_block is not a block"),
+    ],
+)
+def test_lost_inner_link_message_names_the_operation_and_the_sentinel(
+    operation: str, message: str
+) -> None:
+    """The violation names the operation, the sentinel and its link, and says nothing changed."""
+    queue, _ = make(1)
+    if operation.startswith("append"):
+        queue.fake_free_list_tail.prev_free_block = None
+    else:
+        queue.fake_free_list_head.next_free_block = None
+    calls: dict[str, Callable[[], object]] = {
+        "append": lambda: queue.append(NumberedBlock(5)),
+        "append_n": lambda: queue.append_n([NumberedBlock(5)]),
+        "prepend_n": lambda: queue.prepend_n([NumberedBlock(5)]),
+        "popleft": queue.popleft,
+        "popleft_n": lambda: queue.popleft_n(1),
+    }
+    with pytest.raises(InvariantViolation) as caught:
+        calls[operation]()
+    assert str(caught.value) == (f"{message} (I1 broken by outside code); nothing was changed")
+
+
+def test_wrong_type_messages_word_for_word() -> None:
+    """Each WrongTypeError says what was given and what was expected, exactly."""
+    queue, _ = make(2)
+    with pytest.raises(WrongTypeError) as caught:
+        queue.append(None)  # type: ignore[arg-type]  # deliberate
+    assert str(caught.value) == (
+        "append(None): expected a block (a verified_queue.Block, or an object with "
+        "prev_free_block and next_free_block), got NoneType"
+    )
+    with pytest.raises(WrongTypeError) as caught:
+        queue.popleft_n(True)
+    assert str(caught.value) == "popleft_n(True): the count must be an integer, not a bool"
+    with pytest.raises(WrongTypeError) as caught:
+        queue.popleft_n(2.5)  # type: ignore[arg-type]  # deliberate
+    assert str(caught.value) == "popleft_n(2.5): the count must be an integer, not float"
+
+
+def test_a_failed_batch_blames_the_first_item_this_build_cannot_link() -> None:
+    """The message of a batch with a non-block names that item, not an earlier block."""
+    queue, _ = make(1)
+    fresh = numbered(2)
+    with pytest.raises(WrongTypeError) as caught:
+        queue.prepend_n([fresh[0], "x", None, fresh[1]])  # type: ignore[list-item]  # deliberate
+    assert str(caught.value).startswith("prepend_n('x'): expected a block")
+
+
+def test_iteration_change_message_word_for_word() -> None:
+    """A block that leaves the queue under an iteration is reported in one fixed sentence."""
+    queue, blocks = make(2)
+    walk = iter(queue)
+    next(walk)
+    queue.remove(blocks[0])
+    with pytest.raises(NotInQueueError) as caught:
+        next(walk)
+    assert str(caught.value) == (
+        "the free queue changed during iteration: the block the iteration stood on left the queue"
+    )
+
+
+def test_a_repr_that_fails_is_replaced_by_type_and_address() -> None:
+    """The fallback names the class and its id in hex, exactly."""
+
+    class BadRepr(NumberedBlock):
+        __slots__ = ()
+
+        def __repr__(self) -> str:
+            raise RuntimeError("repr is broken")
+
+    block = BadRepr(0)
+    queue = FreeBlockQueue([block])
+    with pytest.raises(AlreadyInQueueError) as caught:
+        queue.append(block)
+    assert str(caught.value) == (
+        f"append(<{BadRepr.__qualname__} object at {id(block):#x}>): "
+        "it is already linked in a queue (a double free?)"
+    )
+
+
+class Tripwire(Exception):
+    """Raised by a link read that was told to fail, as a signal handler would raise."""
+
+
+class ExplodingLinks:
+    """A block (not a Block) whose ``next_free_block`` read raises once, when armed."""
+
+    armed_reads = -1
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.prev_free_block: ExplodingLinks | None = None
+        self._next: ExplodingLinks | None = None
+
+    @property
+    def next_free_block(self) -> ExplodingLinks | None:
+        if ExplodingLinks.armed_reads == 0:
+            ExplodingLinks.armed_reads = -1
+            raise Tripwire
+        if ExplodingLinks.armed_reads > 0:
+            ExplodingLinks.armed_reads -= 1
+        return self._next
+
+    @next_free_block.setter
+    def next_free_block(self, value: ExplodingLinks | None) -> None:
+        self._next = value
+
+
+@pytest.mark.skipif(
+    __import__("verified_queue").COMPILED, reason="the compiled queue takes Block subclasses only"
+)
+@pytest.mark.parametrize("fail_at", range(4))
+def test_popleft_n_cut_short_at_any_read_puts_every_block_back(fail_at: int) -> None:
+    """An exception at any of popleft_n's four link reads leaves every link as it was."""
+    blocks = [ExplodingLinks(i) for i in range(5)]
+    queue = FreeBlockQueue(blocks)
+    nodes: list[Any] = [queue.fake_free_list_head, *blocks, queue.fake_free_list_tail]
+    before = [(id(n.prev_free_block), id(n.next_free_block)) for n in nodes]
+    ExplodingLinks.armed_reads = fail_at
+    try:
+        with pytest.raises(Tripwire):
+            queue.popleft_n(4)
+    finally:
+        ExplodingLinks.armed_reads = -1
+    assert [(id(n.prev_free_block), id(n.next_free_block)) for n in nodes] == before
+    assert len(queue) == 5
+    assert queue.popleft_n(5) == blocks
