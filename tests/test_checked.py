@@ -1091,6 +1091,14 @@ def _front_and_back_cases(
 
         cases.append((run, family, text))
 
+    for stray, shown in ((head, own_head), (tail, own_tail)):
+        case(
+            partial(setattr, head, "prev_free_block", stray),
+            q.popleft,
+            SENTINEL_LINKAGE,
+            f"invariant 1 (sentinel_linkage) broken at the start of popleft(): prev_free_block "
+            f"of {own_head}: expected None, found {shown}",
+        )
     case(
         lambda: setattr(head, "prev_free_block", b2),
         q.popleft,
@@ -1358,13 +1366,13 @@ def test_each_o1_check_diagnostic_word_for_word() -> None:
 def test_an_empty_queue_whose_tail_has_a_successor_is_named_by_popleft() -> None:
     """popleft() on an empty queue checks the tail's own outer link before calling it empty."""
     queue: CheckedFreeBlockQueue[Block] = CheckedFreeBlockQueue(full_check_every=0)
-    stray = Block()
-    queue.fake_free_list_tail.next_free_block = stray
-    error = _error(queue.popleft)
-    assert str(error) == (
-        "invariant 1 (sentinel_linkage) broken at the start of popleft(): next_free_block of "
-        f"this queue's {queue.fake_free_list_tail!r}: expected None, found {stray!r}"
-    )
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    for stray, shown in ((Block(), None), (head, "this queue's"), (tail, "this queue's")):
+        tail.next_free_block = stray
+        assert str(_error(queue.popleft)) == (
+            "invariant 1 (sentinel_linkage) broken at the start of popleft(): next_free_block of "
+            f"this queue's {tail!r}: expected None, found {f'{shown} ' if shown else ''}{stray!r}"
+        )
 
 
 def test_each_membership_diagnostic_word_for_word() -> None:

@@ -676,6 +676,16 @@ def test_every_detached_outside_diagnostic_word_for_word() -> None:
     assert _message(check_detached_outside, queue, [outsider])[1].endswith(
         f"found prev_free_block None, next_free_block this queue's {queue.fake_free_list_head!r}"
     )
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    outsider.prev_free_block, outsider.next_free_block = head, tail
+    assert _message(check_detached_outside, queue, [outsider])[1].endswith(
+        f"found prev_free_block this queue's {head!r}, next_free_block this queue's {tail!r}"
+    )
+    for sentinel in (head, tail):  # a pool that wrongly lists a sentinel: it is never detached
+        assert (
+            f"the links of this queue's {sentinel!r}, which is not in this queue"
+            in (_message(check_detached_outside, queue, [sentinel])[1])
+        )
 
 
 @pytest.mark.parametrize(
