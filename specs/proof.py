@@ -33,7 +33,7 @@ expression it does not know raises :class:`Unsupported`: nothing is skipped. So 
 ``queue.py`` changes what is proved, and a planted bug's method, translated the same way,
 fails the proof.
 
-Assumed, not proved (README.md, "A proof for every size", says the same):
+Assumed, not proved (docs/verification.md, "A proof for every size", says the same):
 
 * the arguments have the types the signatures say: blocks are blocks (nodes other than
   ``None``), a count is an exact ``int`` (``type(n) is int``), a batch an exact ``list`` of

@@ -345,7 +345,7 @@ def _execute_both(
 
 
 # ---------------------------------------------------------------------------
-# The change to vLLM's own files, as a user would make it (README: "Using it in vLLM").
+# The change to vLLM's own files, as a user would make it (docs/vllm.md, "Using it in vLLM").
 
 #: ``(file, old text, new text)``: each old text occurs exactly once in vLLM 0.33.0's file.
 #: block_pool.py's edits are all either build needs; kv_cache_utils.py's, the compiled build.
