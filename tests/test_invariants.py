@@ -579,6 +579,22 @@ def test_every_linkage_diagnostic_word_for_word() -> None:
     )
     for checker in CHECKERS:
         assert _message(checker, queue) == expected, checker.__name__
+    b1.next_free_block = b2
+    for stray in (head, tail):
+        b1.prev_free_block = stray
+        assert _message(check_invariants, queue) == (
+            SENTINEL_LINKAGE,
+            f"invariant 1 (sentinel_linkage) broken at position 2 {WALK}: prev_free_block of "
+            f"{b1!r}: expected {b0!r} (position 1), found this queue's {stray!r}",
+        )
+    b1.prev_free_block = b0
+    b0.prev_free_block = tail
+    assert _message(check_sentinel_linkage, queue) == (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at position 1 {WALK}: prev_free_block of "
+        f"{b0!r}: expected this queue's {head!r} (position 0), found this queue's {tail!r}",
+    )
+    b0.prev_free_block = head
     b1.next_free_block = None
     assert _message(check_no_duplicates, queue) == (
         SENTINEL_LINKAGE,
