@@ -1684,7 +1684,7 @@ def test_a_non_block_argument_gets_the_production_queue_s_error(argument: object
         lambda q: q.append(argument),
         lambda q: q.append_n([Block(), argument]),
         lambda q: q.prepend_n([argument]),
-        lambda q: q.popleft_n(argument),
+        lambda q: q.popleft_n(argument),  # type: ignore[arg-type]  # the misuse under test
     ]
     for call in calls:
         if argument is None and call is calls[1]:
