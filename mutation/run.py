@@ -25,7 +25,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # bench/ too: the CLI's tests run ``verified_queue bench --checkout`` against the copy.
-COPIED = ["verified_queue", "specs", "tests", "bench", "docs", "setup.cfg", "pyproject.toml", "README.md"]
+COPIED = [
+    "verified_queue",
+    "specs",
+    "tests",
+    "bench",
+    "docs",
+    "setup.cfg",
+    "pyproject.toml",
+    "README.md",
+]
 SURVIVORS_FILE = ROOT / "docs" / "mutation-survivors.md"
 DETECTED = ("killed", "timeout", "segfault")
 

@@ -606,6 +606,7 @@ def test_iter_blocks_after_rejects_cursor_at_call_time(cursor: str) -> None:
     assert isinstance(caught.value, RuntimeError)
 
 
+@pytest.mark.production_only  # check mode's own iteration reports this in its words
 def test_iteration_raises_when_its_block_is_removed() -> None:
     """Removing the block a loop stands on raises NotInQueueError; it never yields None."""
     queue, blocks = make(3)
@@ -622,6 +623,7 @@ def test_iteration_raises_when_its_block_is_removed() -> None:
     assert_chain(queue, blocks[1:])
 
 
+@pytest.mark.production_only  # check mode's own iteration reports this in its words
 def test_iteration_never_yields_a_foreign_sentinel() -> None:
     """A block moved to the end of another queue mid-loop stops the loop with an error."""
     queue, blocks = make(2)
@@ -736,6 +738,7 @@ def test_popleft_n_over_a_link_cleared_inside_the_run_changes_nothing() -> None:
 # ------------------------------------------------------- messages, word for word
 
 
+@pytest.mark.production_only  # check mode finds the damage first and names it its own way
 @pytest.mark.parametrize(
     ("operation", "message"),
     [
@@ -793,6 +796,7 @@ def test_a_failed_batch_blames_the_first_item_this_build_cannot_link() -> None:
     assert str(caught.value).startswith("prepend_n('x'): expected a block")
 
 
+@pytest.mark.production_only  # check mode's own iteration reports this in its words
 def test_iteration_change_message_word_for_word() -> None:
     """A block that leaves the queue under an iteration is reported in one fixed sentence."""
     queue, blocks = make(2)
