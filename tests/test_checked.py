@@ -1891,3 +1891,15 @@ def test_a_diagnosis_that_finds_nothing_says_check_mode_disagrees_with_itself() 
             "inline test and its diagnosis disagree"
         )
     queue.full_check()
+
+
+def test_a_walk_that_outlasts_the_membership_runs_on_while_the_queue_grows() -> None:
+    """Appending under a walk takes it past the first full check, and it goes on to the end."""
+    queue, blocks = checked(2, full_check_every=0)
+    seen = 0
+    for _ in queue.iter_blocks_after(None):
+        seen += 1
+        if seen < 10:
+            queue.append(Block())
+    assert seen == 11  # the 2 blocks and the 9 appended under the walk
+    assert queue.get_all_free_blocks()[:2] == blocks

@@ -603,11 +603,20 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             tail = self.fake_free_list_tail
             block: Block = start
             position = 0
+            # Every link is checked locally, but members linked into a ring with consistent
+            # links would be walked for ever: once a walk outlasts the membership, the full
+            # check (which sees a ring) runs, and again after as many steps more. A queue that
+            # grows under the iteration passes it, so a live walk is never cut short.
+            until_full_check = len(self._members) + 1
             while True:
                 following = block.next_free_block
                 position += 1
                 if following is tail:
                     return
+                until_full_check -= 1
+                if until_full_check < 0:
+                    self.full_check()
+                    until_full_check = len(self._members) + 1
                 self._expect_linked_member(following, block, position, where)
                 block = following  # type: ignore[assignment]  # a member, so a Block
                 yield block  # type: ignore[misc]  # a member, so a B
