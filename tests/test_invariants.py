@@ -165,7 +165,8 @@ def _writes(obj: object, attribute: str, value: object) -> bool:
         setattr(obj, attribute, value)
     except TypeError:
         return False
-    return True
+    # A compiled typed count stores an int subclass (bool) as a plain int.
+    return type(getattr(obj, attribute)) is type(value)
 
 
 UNWRITABLE = "this build's typed slots refuse the value, so the damage cannot happen"
