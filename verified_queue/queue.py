@@ -689,3 +689,11 @@ def _relink_taken(head: Block, popped: list[B], following: Block | None) -> None
     previous.next_free_block = successor
     if successor is not None:
         successor.prev_free_block = previous
+
+
+if _COMPILED:
+    # mypyc gives the generic native class an instance dict: refuse what slots would refuse.
+    from verified_queue._slotted import set_declared_attribute
+
+    # setattr: mypy refuses assigning to a method of a class.
+    setattr(FreeBlockQueue, "__setattr__", set_declared_attribute)  # noqa: B010
