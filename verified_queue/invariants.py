@@ -87,6 +87,9 @@ class _Unset:
 
 _UNSET: Final = _Unset()
 
+#: The expected value of a sentinel's outer link, as a diagnostic prints it.
+_NO_LINK: Final = "None"
+
 
 def violation(family: str, where: str, what: str, expected: str, found: str) -> InvariantViolation:
     """Build the violation of ``family`` with the message every checker uses.
@@ -175,8 +178,8 @@ def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
         raise violation(
             SENTINEL_LINKAGE,
             "the head sentinel",
-            f"prev_free_block of {describe(head, head, tail)}",
-            "None",
+            f"prev_free_block of {describe(head, head)}",
+            _NO_LINK,
             describe(before_head, head, tail),
         )
     after_tail: object = getattr(tail, "next_free_block", _UNSET)  # _UNSET: a deleted slot
@@ -184,8 +187,8 @@ def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
         raise violation(
             SENTINEL_LINKAGE,
             "the tail sentinel",
-            f"next_free_block of {describe(tail, head, tail)}",
-            "None",
+            f"next_free_block of {describe(tail, tail=tail)}",
+            _NO_LINK,
             describe(after_tail, head, tail),
         )
 
@@ -243,12 +246,12 @@ def _linked_length(
         if back is not previous:
             first = _first_position(head, node, position - 1) if classify_repeats else 0
             if first:
-                raise _repeat(node, first, position, head, tail)
+                raise _repeat(node, first, position)
             raise violation(
                 SENTINEL_LINKAGE,
                 _at(position),
-                f"prev_free_block of {describe(node, head, tail)}",
-                f"{describe(previous, head, tail)} (position {position - 1})",
+                f"prev_free_block of {describe(node)}",  # a block, checked above
+                f"{describe(previous, head)} (position {position - 1})",  # the head or a block
                 describe(back, head, tail),
             )
         if members is not None:
@@ -264,19 +267,22 @@ def _linked_length(
         raise violation(
             SENTINEL_LINKAGE,
             _at(position),
-            f"prev_free_block of {describe(tail, head, tail)}",
-            f"{describe(previous, head, tail)} (position {position - 1})",
+            f"prev_free_block of {describe(tail, tail=tail)}",
+            f"{describe(previous, head)} (position {position - 1})",  # the head or a block
             describe(before_tail, head, tail),
         )
     return position - 1
 
 
-def _repeat(block: object, first: int, again: int, head: Block, tail: Block) -> InvariantViolation:
-    """(3): ``block`` met at ``first`` and again at ``again`` on the forward walk."""
+def _repeat(block: object, first: int, again: int) -> InvariantViolation:
+    """(3): ``block`` met at ``first`` and again at ``again`` on the forward walk.
+
+    ``block`` is one the walk accepted, so never a sentinel: it is named by its own ``repr``.
+    """
     return violation(
         NO_DUPLICATES,
         _at(again),
-        f"{describe(block, head, tail)} met a second time",
+        f"{describe(block)} met a second time",
         "every block once, then the tail",
         f"the same block at position {first} (a cycle of {again - first} "
         f"block{'s' if again - first != 1 else ''} that never reaches the tail)",
@@ -309,7 +315,7 @@ def _forward_length(queue: Any) -> int:
                 trail = trail.next_free_block  # type: ignore[attr-defined]  # walked above
                 lead = lead.next_free_block  # type: ignore[attr-defined]  # walked above
                 first += 1
-            raise _repeat(trail, first, first + span, head, tail)
+            raise _repeat(trail, first, first + span)
         if span == power:
             anchor = node
             power *= 2

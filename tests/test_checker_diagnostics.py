@@ -1,0 +1,175 @@
+"""The checkers' exact diagnostics where a sentinel is the value found, and their totality."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from verified_queue import Block, InvariantViolation
+from verified_queue.invariants import (
+    COUNT_CONSISTENCY,
+    SENTINEL_LINKAGE,
+    check_count_consistency,
+    check_detached_outside,
+    check_invariants,
+    check_no_duplicates,
+    check_sentinel_linkage,
+)
+from verified_queue.queue import FreeBlockQueue
+
+WALK = "of the forward walk (head = 0)"
+
+#: Every checker, with the pool argument check_detached_outside needs.
+CHECKERS: dict[str, Callable[[FreeBlockQueue[Block]], None]] = {
+    "check_invariants": check_invariants,
+    "check_sentinel_linkage": check_sentinel_linkage,
+    "check_count_consistency": check_count_consistency,
+    "check_no_duplicates": check_no_duplicates,
+    "check_detached_outside": lambda queue: check_detached_outside(queue, []),
+}
+
+
+def violation_of(
+    checker: Callable[[FreeBlockQueue[Block]], None], queue: object
+) -> tuple[str, str]:
+    """The family and exact message of the violation ``checker`` raises on ``queue``."""
+    with pytest.raises(InvariantViolation) as caught:
+        checker(queue)  # type: ignore[arg-type]  # a damaged queue on purpose
+    return caught.value.invariant, str(caught.value)
+
+
+@pytest.mark.parametrize("size", [0, 2])
+@pytest.mark.parametrize("end", ["head", "tail"])
+def test_an_outer_link_to_a_sentinel_of_this_queue_is_named_as_such(size: int, end: str) -> None:
+    """A head's back link or a tail's forward link naming either sentinel names it exactly."""
+    queue = FreeBlockQueue([Block() for _ in range(size)])
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    for stray in (head, tail):
+        if end == "head":
+            head.prev_free_block = stray
+            place, link, owner = "the head sentinel", "prev_free_block", head
+        else:
+            tail.next_free_block = stray
+            place, link, owner = "the tail sentinel", "next_free_block", tail
+        expected = (
+            SENTINEL_LINKAGE,
+            f"invariant 1 (sentinel_linkage) broken at {place}: {link} of this queue's "
+            f"{owner!r}: expected None, found this queue's {stray!r}",
+        )
+        for name in ("check_invariants", "check_sentinel_linkage", "check_detached_outside"):
+            assert violation_of(CHECKERS[name], queue) == expected, name
+
+
+@pytest.mark.parametrize("size", [0, 1, 3])
+def test_a_tail_whose_back_link_names_a_sentinel_is_named_as_such(size: int) -> None:
+    """A tail's back link naming a sentinel it should not is reported with both sentinels named."""
+    blocks = [Block() for _ in range(size)]
+    queue = FreeBlockQueue(blocks)
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    last = f"{blocks[-1]!r}" if blocks else f"this queue's {head!r}"
+    strays = [tail, head] if blocks else [tail]
+    for stray in strays:
+        tail.prev_free_block = stray
+        assert violation_of(check_invariants, queue) == (
+            SENTINEL_LINKAGE,
+            f"invariant 1 (sentinel_linkage) broken at position {size + 1} {WALK}: "
+            f"prev_free_block of this queue's {tail!r}: expected {last} (position {size}), "
+            f"found this queue's {stray!r}",
+        )
+
+
+def test_deleted_tail_attribute_and_tail_back_slot_are_named_as_unset() -> None:
+    """A deleted tail sentinel attribute and a deleted back slot of the tail read as unset slots."""
+    queue = FreeBlockQueue([Block()])
+    tail = queue.fake_free_list_tail
+    del tail.prev_free_block
+    assert violation_of(check_sentinel_linkage, queue) == (
+        SENTINEL_LINKAGE,
+        f"invariant 1 (sentinel_linkage) broken at position 2 {WALK}: prev_free_block of "
+        f"this queue's {tail!r}: expected {queue.fake_free_list_head.next_free_block!r} "
+        "(position 1), found an unset link slot",
+    )
+    del queue.fake_free_list_tail
+    for name, checker in CHECKERS.items():
+        assert violation_of(checker, queue) == (
+            SENTINEL_LINKAGE,
+            "invariant 1 (sentinel_linkage) broken at the queue: fake_free_list_tail: "
+            "expected a Sentinel, found an unset link slot",
+        ), name
+
+
+class _IndexLike:
+    """A numpy-like count: an integer through ``__index__``, but not an ``int``."""
+
+    def __index__(self) -> int:
+        return 1
+
+
+Damage = Callable[[FreeBlockQueue[Block], Block], str]
+
+
+def _setter(attribute: str, value: object, family: str) -> Damage:
+    """Damage that sets the queue's ``attribute``; the family it breaks."""
+
+    def damage(queue: FreeBlockQueue[Block], _: Block) -> str:
+        setattr(queue, attribute, value)
+        return family
+
+    return damage
+
+
+def _deleter(on_block: bool, attribute: str, family: str) -> Damage:
+    """Damage that deletes ``attribute`` of the block or of the queue; the family it breaks."""
+
+    def damage(queue: FreeBlockQueue[Block], block: Block) -> str:
+        delattr(block if on_block else queue, attribute)
+        return family
+
+    return damage
+
+
+def _linked(value: object) -> Damage:
+    """Damage that links ``value`` after the block; the family it breaks."""
+
+    def damage(_: FreeBlockQueue[Block], block: Block) -> str:
+        block.next_free_block = value  # type: ignore[assignment]  # damage on purpose
+        return SENTINEL_LINKAGE
+
+    return damage
+
+
+#: Ways outside code can damage a one-block queue.
+DAMAGES: dict[str, Damage] = {
+    "bool count": _setter("num_free_blocks", True, COUNT_CONSISTENCY),
+    "float count": _setter("num_free_blocks", 1.0, COUNT_CONSISTENCY),
+    "numpy-like count": _setter("num_free_blocks", _IndexLike(), COUNT_CONSISTENCY),
+    "deleted count": _deleter(False, "num_free_blocks", COUNT_CONSISTENCY),
+    "deleted head": _deleter(False, "fake_free_list_head", SENTINEL_LINKAGE),
+    "deleted next slot": _deleter(True, "next_free_block", SENTINEL_LINKAGE),
+    "deleted prev slot": _deleter(True, "prev_free_block", SENTINEL_LINKAGE),
+    "non-block member": _linked(object()),
+    "None member": _linked(None),
+}
+
+
+#: The checkers that read ``num_free_blocks``; the others judge the links alone.
+COUNT_READERS = ("check_invariants", "check_count_consistency")
+#: The checkers that follow ``next_free_block`` alone and so never read a back link.
+FORWARD_ONLY = ("check_count_consistency", "check_no_duplicates")
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+@pytest.mark.parametrize("checker", sorted(CHECKERS))
+def test_checkers_raise_only_invariant_violation_on_damage(checker: str, damage: str) -> None:
+    """On each damage a checker raises InvariantViolation of its family, or passes, blind to it."""
+    blocks = [Block()]
+    queue = FreeBlockQueue(blocks)
+    family = DAMAGES[damage](queue, blocks[0])
+    blind = (family == COUNT_CONSISTENCY and checker not in COUNT_READERS) or (
+        damage == "deleted prev slot" and checker in FORWARD_ONLY
+    )
+    if blind:
+        CHECKERS[checker](queue)  # passes: it never reads what was damaged
+    else:
+        assert violation_of(CHECKERS[checker], queue)[0] == family
