@@ -63,6 +63,7 @@ from verified_queue import _switch
 from verified_queue.block import Block, Linkable, Sentinel
 from verified_queue.errors import InvariantViolation, NotInQueueError, QueueError
 from verified_queue.invariants import (
+    _NO_LINK,
     COUNT_CONSISTENCY,
     NO_DUPLICATES,
     SENTINEL_LINKAGE,
@@ -292,8 +293,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise violation(
                 SENTINEL_LINKAGE,
                 where,
-                f"the links between {describe(before, head, tail)} "
-                f"and {describe(after, head, tail)}",
+                f"the links between {describe(before, head)} "  # the head or a block
+                f"and {describe(after, tail=tail)}",  # a block or the tail
                 "each naming the other",
                 f"{describe(before.next_free_block, head, tail)} and "
                 f"{describe(after.prev_free_block, head, tail)}",
@@ -331,11 +332,17 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             )
         raise self._unexplained(where)
 
+    def _expect_front(self, steps: int, where: str) -> None:
+        """(1), (2): the first ``steps`` blocks and the node after them are sound, in O(steps)."""
+        if not self._front_is_sound(steps):
+            self._check_front(steps, where)
+
     def _check_front(self, steps: int, where: str) -> None:
-        """(1), (2): check the first ``steps`` blocks and the node after them, in O(steps).
+        """(1), (2): find the fault in the first ``steps`` blocks and the node after them.
 
         Each must be a member whose back link names the node before it; the
-        node after them is the tail or another such member.
+        node after them is the tail or another such member. Called only once
+        ``_front_is_sound(steps)`` has failed, so it always raises.
         """
         head = self.fake_free_list_head
         tail = self.fake_free_list_tail
@@ -344,7 +351,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 SENTINEL_LINKAGE,
                 where,
                 f"prev_free_block of {describe(head, head)}",
-                "None",
+                _NO_LINK,
                 describe(head.prev_free_block, head, tail),
             )
         previous: Block = head
@@ -357,7 +364,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                         SENTINEL_LINKAGE,
                         where,
                         f"next_free_block of {describe(tail, tail=tail)}",
-                        "None",
+                        _NO_LINK,
                         describe(tail.next_free_block, head, tail),
                     )
                 if position - 1 != len(self._members):
@@ -369,9 +376,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                         f"{position - 1} (the walk reached the tail)",
                         f"{self.num_free_blocks}",
                     )
-                return
+                break
             self._expect_linked_member(node, previous, position, where)
             previous = node  # type: ignore[assignment]  # a member, so a Block
+        raise self._unexplained(where)
 
     def _expect_linked_member(
         self, node: object, previous: Block, position: int, where: str
@@ -491,14 +499,15 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         if not _can_link(block):
             return _not_a_block(operation, block)  # the production queue's WrongTypeError
         operation = f"{operation}({describe(block)})"
-        before = getattr(block, "prev_free_block", None)
-        after = getattr(block, "next_free_block", None)
+        # _can_link() accepted it, so both links exist.
+        before: object = block.prev_free_block  # type: ignore[attr-defined]
+        after: object = block.next_free_block  # type: ignore[attr-defined]
         if before is None and after is None:
             return NotInQueueError(f"{operation}: the block is not linked in a queue")
         if (
             is_block(before)
             and (before is self.fake_free_list_head or self._is_member(before))
-            and before.next_free_block is block  # type: ignore[union-attr]  # is_block: not None
+            and before.next_free_block is block  # type: ignore[attr-defined]  # is_block
         ):
             # Linked into this queue's chain, but never by this queue.
             return violation(
@@ -517,7 +526,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1)
         """
-        count: int = getattr(self, "num_free_blocks", -1)  # -1: deleted by outside code
+        # None: a count deleted by outside code, refused just below.
+        count: int = getattr(self, "num_free_blocks", None)  # type: ignore[assignment]
         if count.__class__ is not int or count != len(self._members):
             self._expect_count("len()")
         return count
@@ -527,7 +537,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1)
         """
-        count: int = getattr(self, "num_free_blocks", -1)  # -1: deleted by outside code
+        # None: a count deleted by outside code, refused just below.
+        count: int = getattr(self, "num_free_blocks", None)  # type: ignore[assignment]
         if count.__class__ is not int or count != len(self._members):
             self._expect_count("bool()")
         return count != 0
@@ -655,27 +666,13 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
-            # The front block and the node after it, whose back link popleft() rewrites.
-            head = self.fake_free_list_head
-            first = head.next_free_block
-            if (
-                id(first) in members
-                and first.prev_free_block is head  # type: ignore[union-attr]  # a member
-                and head.prev_free_block is None
-            ):
-                second = first.next_free_block  # type: ignore[union-attr]  # a member
-                if id(second) in members:
-                    if second.prev_free_block is not first:  # type: ignore[union-attr]  # a member
-                        self._check_front(1, "the start of popleft()")
-                elif second is not self.fake_free_list_tail or len(members) != 1:
-                    self._check_front(1, "the start of popleft()")
-            else:
-                self._check_front(1, "the start of popleft()")  # raises unless truly empty
+            # The front block and the node after it, whose back link popleft() rewrites; an
+            # empty queue has only the tail to check, and the production queue refuses it.
+            self._expect_front(1 if members else 0, "the start of popleft()")
             block = self._super_popleft()
             if members.pop(id(block), None) is None:
                 raise self._not_taken_from_here(block, "the end of popleft()")
-            if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
-                self._check_front(0, "the end of popleft()")
+            self._expect_front(0, "the end of popleft()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of popleft()")
             return block
@@ -709,7 +706,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(n), plus the amortized O(1) full check
         """
         try:
-            count: int = n if type(n) is int else _count_argument("popleft_n", n)
+            count = _count_argument("popleft_n", n)
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of popleft_n()")
@@ -717,14 +714,13 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
-            if 0 <= count <= len(members) and not self._front_is_sound(count):
-                self._check_front(count, "the start of popleft_n()")
+            if 0 <= count <= len(members):  # else the production queue refuses the count
+                self._expect_front(count, "the start of popleft_n()")
             popped = self._super_popleft_n(count)
             for block in popped:
                 if members.pop(id(block), None) is None:
                     raise self._not_taken_from_here(block, "the end of popleft_n()")
-            if not self._front_is_sound(0):
-                self._check_front(0, "the end of popleft_n()")
+            self._expect_front(0, "the end of popleft_n()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of popleft_n()")
             return popped
@@ -843,7 +839,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
         try:
-            batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
+            batch = list(blocks)  # one list for the checks, the link and the membership
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of append_n()")
@@ -858,7 +854,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 self._check_back("the start of append_n()")
             before = self.fake_free_list_tail.prev_free_block
             self._super_append_n(batch)
-            members.update(zip(map(id, batch), batch, strict=True))
+            members.update({id(block): block for block in batch})
             if not self._back_is_sound():
                 self._check_back("the end of append_n()")
             if batch:
@@ -877,7 +873,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
         try:
-            batch = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
+            batch = list(blocks)  # one list for the checks, the link and the membership
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the start of prepend_n()")
@@ -888,13 +884,11 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             if not members.keys().isdisjoint(map(id, batch)):
                 for block in batch:
                     self._reject_cleared_member(block, "the start of prepend_n()")
-            if not self._front_is_sound(0):
-                self._check_front(0, "the start of prepend_n()")
+            self._expect_front(0, "the start of prepend_n()")
             after = self.fake_free_list_head.next_free_block
             self._super_prepend_n(batch)
-            members.update(zip(map(id, batch), batch, strict=True))
-            if not self._front_is_sound(0):
-                self._check_front(0, "the end of prepend_n()")
+            members.update({id(block): block for block in batch})
+            self._expect_front(0, "the end of prepend_n()")
             if batch:
                 self._expect_joined(batch[-1], after, "the end of prepend_n()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
