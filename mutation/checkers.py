@@ -41,7 +41,11 @@ _spec.loader.exec_module(queue_run)
 MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     "invariants": (
         "verified_queue/invariants.py",
-        ["tests/test_invariants.py", "tests/test_heap_oracle.py"],
+        [
+            "tests/test_invariants.py",
+            "tests/test_heap_oracle.py",
+            "tests/test_checker_diagnostics.py",
+        ],
         # The randomized workloads and the 20,000-block ring cost a minute per surviving
         # mutant under mutmut's trampolines; the exhaustive oracle comparison stays in.
         [
@@ -53,7 +57,12 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     ),
     "checked": (
         "verified_queue/checked.py",
-        ["tests/test_checked.py", "tests/test_invariants.py", "tests/test_fault_matrix.py"],
+        [
+            "tests/test_checked.py",
+            "tests/test_invariants.py",
+            "tests/test_fault_matrix.py",
+            "tests/test_checked_atomicity.py",
+        ],
         [],
     ),
 }
