@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,7 +79,9 @@ def test_a_failed_start_check_writes_nothing(operation: str, damage: str) -> Non
     before = snapshot(queue, nodes)
     with pytest.raises(InvariantViolation) as caught:
         OPERATIONS[operation](scene)
-    assert f"the start of {operation}()" in str(caught.value)
+    assert re.match(
+        rf"invariant \d \(\w+\) broken at the start of {operation}\(\)[:,] ", str(caught.value)
+    )
     assert snapshot(queue, nodes) == before
 
 
@@ -195,7 +198,7 @@ def test_append_names_the_sentinel_the_tail_links_back_to(value: str) -> None:
     )
 
 
-@pytest.mark.parametrize("method", ["popleft", "popleft_n", "remove", "append", "append_n"])
+@pytest.mark.parametrize("method", sorted(OPERATIONS))
 def test_a_type_error_on_a_sound_queue_is_a_violation_naming_the_operation(method: str) -> None:
     """A TypeError from the linking code on a sound queue is a violation naming call and error."""
 
@@ -207,15 +210,8 @@ def test_a_type_error_on_a_sound_queue_is_a_violation_naming_the_operation(metho
     blocks = [Block() for _ in range(2)]
     queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
     queue.__class__ = cls  # built sound, then broken: its own __init__ links with append_n
-    calls: dict[str, Callable[[], object]] = {
-        "popleft": queue.popleft,
-        "popleft_n": lambda: queue.popleft_n(1),
-        "remove": lambda: queue.remove(blocks[0]),
-        "append": lambda: queue.append(Block()),
-        "append_n": lambda: queue.append_n([Block()]),
-    }
     with pytest.raises(QueueError) as caught:
-        calls[method]()
+        OPERATIONS[method](Scene(queue, blocks))
     assert str(caught.value) == (
         f"invariant 1 (sentinel_linkage) broken at {method}(): the links and the count the "
         "operation read: expected blocks, sentinels and an int, found TypeError: broken link code"
@@ -228,3 +224,32 @@ def test_an_explicit_none_period_takes_the_configured_default(monkeypatch: Any) 
     assert CheckedFreeBlockQueue(full_check_every=None).full_check_every == 5
     assert CheckedFreeBlockQueue().full_check_every == 5
     assert CheckedFreeBlockQueue(full_check_every=0).full_check_every == 0
+
+
+UNEXPLAINED = (
+    "invariant 1 (sentinel_linkage) broken at here: the links and the count an O(1) check "
+    "read: expected a fault its diagnosis can name, found none: check mode's inline test and "
+    "its diagnosis disagree"
+)
+
+
+@pytest.mark.parametrize(("size", "steps"), [(0, 0), (2, 0), (2, 1), (2, 2), (3, 1)])
+def test_the_front_diagnosis_raises_even_on_a_sound_front(size: int, steps: int) -> None:
+    """_check_front, called only once the inline test failed, reports a sound front unexplained."""
+    queue = CheckedFreeBlockQueue([Block() for _ in range(size)], full_check_every=0)
+    with pytest.raises(InvariantViolation) as caught:
+        queue._check_front(steps, "here")
+    assert str(caught.value) == UNEXPLAINED
+
+
+def test_the_front_diagnosis_looks_no_further_than_it_is_asked() -> None:
+    """_check_front(steps) walks steps + 1 nodes: damage just past them is not its to name."""
+    blocks = [Block() for _ in range(3)]
+    queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
+    blocks[1].prev_free_block = None
+    with pytest.raises(InvariantViolation) as caught:
+        queue._check_front(0, "here")
+    assert str(caught.value) == UNEXPLAINED
+    with pytest.raises(InvariantViolation) as caught:
+        queue._check_front(1, "here")
+    assert "position 2 of the forward walk (head = 0): prev_free_block of" in str(caught.value)
