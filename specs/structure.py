@@ -2,9 +2,10 @@
 
 :func:`mismatch` is the refinement check every layer shares: the queue's order and count equal
 the model's, every link of every block of the universe is exactly what the model's order
-implies (the queue's invariants I1..I4, stated against the model), and the queue's sentinels are
-still its own. It reads links directly and walks at most ``len(universe) + 1`` steps, so a
-corrupted queue (a cycle, a dangling link) is reported rather than looped over.
+implies (the queue's invariants I1..I4, stated against the model), the queue's sentinels are
+still its own, and every list a query returns is a new one, which the caller owns. It reads
+links directly and walks at most ``len(universe) + 1`` steps, so a corrupted queue (a cycle,
+a dangling link) is reported rather than looped over.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "outcome_difference",
     "outcome_of",
     "same_result",
+    "shared_result",
     "snapshot_links",
 ]
 
@@ -88,7 +90,9 @@ def mismatch(  # noqa: PLR0911 -- one early return per observable that can diffe
 
     Checks the order (by identity) as linked, ``num_free_blocks``, and that every block of
     ``universe`` that is in no queue of the model's membership is detached (I4); with
-    ``queries`` also ``iter``, ``get_all_free_blocks``, ``len`` and ``bool``.
+    ``queries`` also ``iter``, ``get_all_free_blocks``, ``len`` and ``bool``, and that
+    ``get_all_free_blocks()`` and ``popleft_n(0)`` hand out a new list on every call (see
+    :func:`shared_result`).
 
     Runtime complexity: O(len(universe) + n)
     """
@@ -114,11 +118,56 @@ def mismatch(  # noqa: PLR0911 -- one early return per observable that can diffe
         return f"len() is {len(queue)}, model holds {len(expected)}"
     if queries and bool(queue) != bool(expected):
         return f"bool() is {bool(queue)}, model holds {len(expected)}"
+    if queries and (shared := shared_result(queue)) is not None:
+        return shared
     for block in universe:
         if not model.membership.is_linked(block) and (
             block.prev_free_block is not None or block.next_free_block is not None
         ):
             return f"{block!r} is in no queue but still has links"
+    return None
+
+
+def shared_result(queue: FreeBlockQueue[Any]) -> str | None:
+    """Describe a list result ``queue`` hands out twice, or a caller's change it keeps; or ``None``.
+
+    The lists the queue returns belong to the caller: two calls of ``get_all_free_blocks()``,
+    or of ``popleft_n(0)`` (which must return ``[]``), give two different lists, and a list
+    the caller emptied or extended does not change what the next call returns. A queue that
+    reuses a list (a shared constant, a buffer it refills) fails this.
+
+    Runtime complexity: O(n)
+    """
+    calls: tuple[tuple[str, Callable[[], object]], ...] = (
+        ("get_all_free_blocks()", queue.get_all_free_blocks),
+        ("popleft_n(0)", lambda: queue.popleft_n(0)),
+    )
+    for label, call in calls:
+        first = outcome_of(call)
+        if not isinstance(first.result, list):
+            return f"{label} gave {first.result!r} {first.error!r}, not a list"
+        held = list(first.result)
+        first.result.append(None)  # the caller's own list: it may change it
+        try:
+            second = outcome_of(call)
+        finally:
+            first.result[:] = held  # a shared list is put back as it was
+        problem = _second_result_problem(label, first.result, second)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _second_result_problem(label: str, first: list[Any], second: Outcome) -> str | None:
+    """What is wrong with ``second``, the next result after a caller changed ``first``."""
+    if not isinstance(second.result, list):
+        return f"{label} gave {second.result!r} {second.error!r}, not a list"
+    if second.result is first:
+        return f"{label} returned the same list object twice, not a new list each time"
+    if any(item is None for item in second.result):
+        return f"{label} returned a list holding what a caller added to an earlier result"
+    if label == "popleft_n(0)" and second.result:
+        return f"popleft_n(0) returned {second.result!r}, not []"
     return None
 
 

@@ -35,6 +35,10 @@ class _Numbered(Block):
         return f"_Numbered({self.number})"
 
 
+#: Every this many operations, one is a probe (see :func:`_probe`) instead of a random call.
+_PROBE_EVERY = 4
+
+
 @dataclass
 class SelfCheckReport:
     """What the self-check did: operations run, misuses rejected, and the first mismatch."""
@@ -56,8 +60,12 @@ def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) 
     """Run ``operations`` random calls, misuse included, on a queue and on a list side by side.
 
     Stops at the first difference in a result, an error, the order of the
-    blocks, the count or a block's links, and reports it. ``operations`` and
-    ``universe`` below 1 raise ``ValueError``: a check of nothing must not pass.
+    blocks (as linked, listed and iterated), the count or a block's links, and
+    reports it. Every fourth operation is a probe from a fixed cycle instead:
+    sentinels handed to every operation, the constructor given a repeated or
+    linked block or an iterator, and the lists results come in, which must be
+    new on every call. ``operations`` and ``universe`` below 1 raise
+    ``ValueError``: a check of nothing must not pass.
 
     Runtime complexity: O(operations * universe)
 
@@ -76,10 +84,15 @@ def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) 
     blocks = [_Numbered(i) for i in range(universe)]
     queue: FreeBlockQueue[_Numbered] = FreeBlockQueue(blocks[: universe // 2])
     model: list[_Numbered] = blocks[: universe // 2]
+    # Another queue, for sentinels that are not this queue's.
+    other: FreeBlockQueue[_Numbered] = FreeBlockQueue()
     report = SelfCheckReport()
     while report.operations < operations and report.mismatch is None:
         report.operations += 1
-        step = _random_step(rng, blocks, model)
+        if report.operations % _PROBE_EVERY == 0:
+            step = _probe(report.operations // _PROBE_EVERY, queue, other, blocks, model)
+        else:
+            step = _random_step(rng, blocks, model)
         expected = step.error.__name__ if step.error else "success"
         try:
             got = step.call(queue)
@@ -175,6 +188,99 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
     return _Step(f"{name}({batch!r})", call, None)
 
 
+def _probe(
+    index: int,
+    queue: FreeBlockQueue[_Numbered],
+    other: FreeBlockQueue[_Numbered],
+    blocks: list[_Numbered],
+    model: list[_Numbered],
+) -> _Step:
+    """The ``index``-th probe of a cycle of calls that a correct queue answers without change.
+
+    Each sentinel (this queue's and another's) given to ``append``, ``append_n``,
+    ``prepend_n``, ``remove`` and ``iter_blocks_after``; ``in``; the constructor with a
+    repeated block in an iterator, with a linked block, and from an iterator (the new
+    queue is emptied again); and whether result lists are new on every call.
+    """
+    members = {id(block) for block in model}
+    detached = [block for block in blocks if id(block) not in members]
+    sentinels: list[Block] = [
+        queue.fake_free_list_head,
+        queue.fake_free_list_tail,
+        other.fake_free_list_head,
+        other.fake_free_list_tail,
+    ]
+    probes: list[_Step] = []
+    for sentinel in sentinels:
+        batch: list[Block] = [*detached[:1], sentinel]
+        probes += [
+            _Step(f"append({sentinel!r})", _call("append", sentinel), AlreadyInQueueError),
+            _Step(f"append_n({batch!r})", _call("append_n", batch), AlreadyInQueueError),
+            _Step(f"prepend_n({batch!r})", _call("prepend_n", batch), AlreadyInQueueError),
+            _Step(f"remove({sentinel!r})", _call("remove", sentinel), NotInQueueError),
+        ]
+    probes += [
+        _Step("iter_blocks_after(head)", _call("iter_blocks_after", sentinels[0]), None, model[:]),
+        _Step("iter_blocks_after(tail)", _call("iter_blocks_after", sentinels[1]), None, []),
+    ]
+    for sentinel in sentinels[2:]:
+        label = f"iter_blocks_after({sentinel!r})"
+        probes.append(_Step(label, _call("iter_blocks_after", sentinel), NotInQueueError))
+    probes.append(_Step("sentinels in queue", lambda q: [s in q for s in sentinels], None))
+    probes[-1].result = [False] * len(sentinels)
+    probes.append(_Step("new result lists", _new_lists, None, "new lists"))
+    if detached:
+        repeated = [detached[0], detached[0]]
+        probes.append(
+            _Step(
+                f"queue(iter({repeated!r}))", lambda q: type(q)(iter(repeated)), AlreadyInQueueError
+            )
+        )
+        built = detached[:2]
+        probes.append(
+            _Step(
+                f"queue(iter({built!r})), emptied",
+                lambda q: _build_and_empty(q, built),
+                None,
+                built,
+            )
+        )
+        if model:
+            mixed = [detached[0], model[0]]
+            probes.append(_Step(f"queue({mixed!r})", lambda q: type(q)(mixed), AlreadyInQueueError))
+    return probes[index % len(probes)]
+
+
+def _new_lists(queue: FreeBlockQueue[_Numbered]) -> str:
+    """``"new lists"`` if two calls of each list-returning query give two lists, else what not."""
+    if queue.get_all_free_blocks() is queue.get_all_free_blocks():
+        return "get_all_free_blocks() returned the same list twice"
+    first, second = queue.popleft_n(0), queue.popleft_n(0)
+    if first is second:
+        return f"popleft_n(0) returned the same list twice: {first!r}"
+    if first or second:
+        return f"popleft_n(0) returned {first!r} and {second!r}"
+    return "new lists"
+
+
+def _call(operation: str, argument: object) -> Callable[[FreeBlockQueue[_Numbered]], object]:
+    """A probe's call: ``operation(argument)`` on the queue; iterations drained as a step would."""
+    if operation == "iter_blocks_after":
+        return lambda queue: _walk_after(queue, argument)  # type: ignore[arg-type]  # a sentinel, on purpose
+    return lambda queue: getattr(queue, operation)(argument)
+
+
+def _build_and_empty(
+    queue: FreeBlockQueue[_Numbered], batch: list[_Numbered]
+) -> list[_Numbered] | str:
+    """Build a queue of ``queue``'s class from an iterator over ``batch``, then pop it empty."""
+    built = type(queue)(iter(batch))
+    listed = built.get_all_free_blocks()
+    if listed != batch or len(built) != len(batch):
+        return f"built {listed!r} (count {len(built)})"
+    return built.popleft_n(len(batch))
+
+
 def _walk(queue: FreeBlockQueue[_Numbered], limit: int) -> list[object] | str:
     """The nodes from the front to the tail sentinel, or what stops the walk within ``limit``."""
     nodes: list[object] = []
@@ -210,10 +316,13 @@ def _compare(
     try:
         contents = queue.get_all_free_blocks()
         count = len(queue)
+        iterated = list(queue)
     except Exception as exc:  # any failure of a queue is the finding
-        return f"get_all_free_blocks() or len() raised {exc!r} on the chain {walked!r}"
+        return f"get_all_free_blocks(), len() or iter() raised {exc!r} on the chain {walked!r}"
     if count != len(model) or contents != model or walked != model:
         return f"queue holds {contents!r} (count {count}), list model {model!r}"
+    if iterated != model:
+        return f"iter(queue) yields {iterated!r}, list model {model!r}"
     members = {id(b) for b in model}
     for block in blocks:
         if id(block) not in members and (
