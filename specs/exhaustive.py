@@ -1,37 +1,78 @@
-"""A bounded-exhaustive proof: every operation, from every state of a queue of at most N blocks.
+"""A bounded-exhaustive proof: every operation, from every state of two queues sharing N blocks.
 
-The universe is ``N`` blocks. A *state* is an ordered subset of the universe sitting in the
-queue, the rest detached; there are ``sum(N! / (N - k)! for k in 0..N)`` of them (1957 for
-N = 6). From every state the checker applies every operation with every argument:
+The universe is ``N`` blocks, shared by two queues: queue A, the one operated on, and queue B,
+another queue whose blocks A must neither take nor disturb. A *state* says which blocks sit in
+A and in which order, which sit in B and in which order, and leaves the rest detached. The
+states checked are
+
+- every ordered subset of the universe in A with B empty, ``sum(N! / (N - k)! for k in
+  0..N)`` states (1957 for N = 6): the single-queue proof, with no symmetry argument;
+- every split of the universe between A, B and the detached rest with B non-empty, each
+  queue in ascending order: ``3**N - 2**N`` more states (665 for N = 6, 2059 for N = 7).
+
+Why ascending order is enough for the split states. The queue tells blocks apart only by
+identity and by their links: the blocks are all :class:`~specs.model.SpecBlock` (one class,
+whose ``__eq__`` and ``__hash__`` raise), and nothing in the queue's contract depends on which
+object sits where beyond the links. Renaming the blocks by a permutation that keeps A's set and
+B's set turns the ascending state of a split into any other order of the same split, and maps
+the operations checked from one onto the operations checked from the other, because the
+arguments range over *every* block of the universe (every single block, every batch of
+blocks). So the first, middle and last block of B, and every position of A, are each an
+argument from the ascending state, and another order of the same split would repeat the same
+calls under other names. What the argument assumes is that the queue does not key on object
+identities as numbers (``id()`` order, say); the states with B empty cover every order of A
+without it.
+
+From every state the checker applies every operation with every argument:
 
 - ``popleft()``;
 - ``popleft_n(n)`` for every ``n`` from -2 to ``len + 2`` (too many and negative included);
-- ``remove(b)`` and ``append(b)`` for every block of the universe, linked or detached, and for
-  the queue's own sentinels and those of another queue;
+- ``remove(b)`` and ``append(b)`` for every block of the universe, in A, in B or detached, and
+  for A's and B's sentinels;
 - ``append_n(batch)`` and ``prepend_n(batch)`` for every sequence of universe blocks up to
-  ``max_batch`` long (so linked blocks, repeats and the empty batch), each as a list and, up
+  ``max_batch`` long (so blocks of A or B, repeats and the empty batch), each as a list and, up
   to length 2, as a one-shot iterator; batches ending in a sentinel; and iterators that raise
   part-way;
 - ``iter_blocks_after(cursor)``, drained, for every cursor: ``None``, every block of the
-  universe (linked or detached), the queue's own sentinels and those of another queue. A
-  refusal must come from the call, not from the iteration
+  universe, A's and B's sentinels. A refusal must come from the call, not from the iteration
   (:class:`~specs.structure.LateError` otherwise); the model has no sentinels, so for it
-  the queue's head means ``None`` and its tail the end;
-- ``FreeBlockQueue(batch)`` for every batch up to length 2, misuse included;
+  A's head means ``None`` and its tail the end;
 - the queries ``len``, ``bool``, ``iter``, ``get_all_free_blocks``, ``repr`` and ``in`` (for
-  every block and sentinel), which must not change anything.
+  every block and sentinel), which must not change anything;
+- the constructor ``queue_type(batch)`` for every batch of up to ``max_batch`` blocks (blocks
+  of A or B and repeats included), as a list and, up to length 2, as a one-shot iterator;
+  batches ending in one of the four sentinels; and iterators that raise part-way. It must
+  build the queue the model builds, or refuse as the model does, and change nothing else.
+  It runs from one state per pair of sizes, ``(N + 1) * (N + 2) / 2`` states (28 for N = 6):
+  A holds the first ``a`` blocks and B the next ``b``, ascending. The constructor reads
+  nothing but its batch, and every batch over the universe is tried, so each combination of
+  roles its blocks can have (first, middle, last or only block of A or of B, detached)
+  occurs; any other state with the same sizes is a renaming of this one, by the argument
+  above applied to A's and B's sets as well as to their orders.
 
-After each call it checks that the queue's invariants hold, that the result (or the exception
-type and message) and the new state equal :class:`~specs.model.ListModel`'s, and that every
-block outside the queue is detached. A call after which the model holds the same sequence (a
-rejected call, an iteration, an empty batch) must leave every link of every block and
-sentinel, and both counts, exactly as they were: that exact comparison replaces the walk, so
-most transitions cost one snapshot. States are wired directly into
-the queue's links rather than reached through operations, so the check does not depend on the
-operations it is checking to build its starting points; and since the queue holds no state
-beyond its sentinels, count and links, covering every wiring covers every queue of at most N
-blocks. Because every state is covered, this proves each operation correct for all queues of
-at most N blocks from any state, not only those a random test reaches.
+Two calls are outside the production queue's contract and are not made: ``remove`` and
+``iter_blocks_after`` of a block linked in B. The queue cannot tell such a block from one of
+its own in O(1) (its documented precondition; ``CheckedFreeBlockQueue`` enforces it), so it
+would unlink the block from B, or walk B. The report counts them as ``outside_contract``. Every
+other call with a block of B is made: ``append``, ``append_n``, ``prepend_n`` and the
+constructor must refuse it as the model does, and ``in`` must say no.
+
+After each call it checks that A's invariants hold, that the result (or the exception type
+and message) and A's new state equal :class:`~specs.model.ListModel`'s (whose membership knows
+B's blocks, so it refuses them as a double free and names them "linked in another queue"),
+that every block in no queue is detached, and that B is untouched: its order, its count and
+every link of its blocks and sentinels exactly as wired. A call after which the model holds
+the same sequence (a rejected call, an iteration, an empty batch) must leave every link of
+every block and sentinel, and both counts, exactly as they were: that exact comparison
+replaces the walk, so most transitions cost one snapshot. States are wired directly into the
+queues' links rather than reached through operations, so the check does not depend on the
+operations it is checking to build its starting points; and since a queue holds no state
+beyond its sentinels, count and links, covering every wiring covers every pair of queues of
+at most N blocks between them.
+
+A crash of the check itself (an exception no model call raises, thrown by the queue or by the
+comparison after it) does not end the run with a traceback: it is reported as the
+counterexample, with the state, the call and the exception.
 
 Blocks are :class:`~specs.model.SpecBlock` instances, whose ``__eq__`` and ``__hash__`` raise,
 so a queue that compares blocks by value (I5) fails too.
@@ -50,15 +91,25 @@ import multiprocessing
 import operator
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import methodcaller
+from pathlib import Path
 from typing import Any
 
-from specs.model import ListModel, SpecBlock
-from specs.structure import iterate_after, mismatch, outcome_difference, outcome_of
+from specs.model import ListModel, Membership, SpecBlock
+from specs.structure import (
+    LateError,
+    Outcome,
+    iterate_after,
+    mismatch,
+    outcome_difference,
+    outcome_of,
+    same_result,
+)
 from verified_queue.block import Block
-from verified_queue.errors import InvariantViolation
+from verified_queue.errors import InvariantViolation, QueueError
 from verified_queue.invariants import check_invariants
 from verified_queue.queue import FreeBlockQueue
 
@@ -67,8 +118,15 @@ __all__ = ["ExhaustiveReport", "check_every_state", "count_states", "main"]
 # An operation applies itself to a queue or to a model; the queue is passed for its sentinels.
 # Element type Any: several calls hand the queue a sentinel on purpose, to see it refused.
 Target = FreeBlockQueue[Any] | ListModel[Any]
-Operation = tuple[str, Callable[[Target], object]]
-
+#: A call's label, the call, and the universe index of a block the call's contract needs
+#: linked in A, not in B (``remove`` and ``iter_blocks_after`` of a block), or -1.
+Operation = tuple[str, Callable[[Target], object], int]
+#: A constructor call's label and a maker of its argument, fresh for each call.
+Construction = tuple[str, Callable[[], Iterable[Block]]]
+#: The numbers of the blocks in A, front first, and in B, front first.
+State = tuple[tuple[int, ...], tuple[int, ...]]
+#: Every link of every node, both counts, A's sentinels (see :meth:`_Checker.unchanged`).
+Fingerprint = tuple[list[object], list[object], int, int, Block, Block]
 
 _PREV = operator.attrgetter("prev_free_block")
 _NEXT = operator.attrgetter("next_free_block")
@@ -76,6 +134,10 @@ _NEXT = operator.attrgetter("next_free_block")
 
 class BatchInterrupted(Exception):
     """Raised by a batch iterator part-way through, as a caller's generator might."""
+
+
+#: What a call may raise when the model raises too: anything else is a crash.
+EXPECTED_ERRORS = (QueueError, BatchInterrupted, LateError)
 
 
 @dataclass
@@ -86,8 +148,10 @@ class ExhaustiveReport:
     max_batch: int
     queue_type: str
     states: int = 0
+    two_queue_states: int = 0
     transitions: int = 0
     rejected: int = 0
+    outside_contract: int = 0
     queries: int = 0
     seconds: float = 0.0
     counterexample: str | None = None
@@ -104,26 +168,52 @@ class ExhaustiveReport:
         )
         return (
             f"{self.queue_type}, {self.blocks} blocks, batches up to {self.max_batch}: "
-            f"{self.states} states, {self.transitions} transitions "
-            f"({self.rejected} rejected), {self.queries} queries in {self.seconds:.1f} s: "
-            f"{verdict}"
+            f"{self.states} states ({self.two_queue_states} with a second non-empty queue), "
+            f"{self.transitions} transitions ({self.rejected} rejected), {self.queries} queries, "
+            f"{self.outside_contract} calls outside the contract skipped, in "
+            f"{self.seconds:.1f} s: {verdict}"
         )
+
+    def add(self, part: ExhaustiveReport) -> None:
+        """Add the counts of ``part`` (a share of the same run) and keep a counterexample.
+
+        Runtime complexity: O(1)
+        """
+        self.states += part.states
+        self.two_queue_states += part.two_queue_states
+        self.transitions += part.transitions
+        self.rejected += part.rejected
+        self.outside_contract += part.outside_contract
+        self.queries += part.queries
+        self.counterexample = self.counterexample or part.counterexample
 
 
 def count_states(blocks: int) -> int:
-    """Return the number of ordered subsets of ``blocks`` blocks: the states to cover.
+    """Return the number of states to cover: A's ordered subsets, then the two-queue splits.
 
     Runtime complexity: O(blocks)
 
     >>> count_states(6)
-    1957
+    2622
     """
-    return sum(math.perm(blocks, size) for size in range(blocks + 1))
+    single = sum(math.perm(blocks, size) for size in range(blocks + 1))
+    # Each block in A, in B or detached, less the splits that leave B empty.
+    splits = sum(math.comb(blocks, size) << (blocks - size) for size in range(blocks + 1))
+    return single + splits - (1 << blocks)
 
 
-def _states(blocks: int) -> Iterator[tuple[int, ...]]:
+def _states(blocks: int) -> Iterator[State]:
+    """Every ordered subset in A with B empty, then every split with B non-empty, ascending."""
+    numbers = range(blocks)
     for size in range(blocks + 1):
-        yield from itertools.permutations(range(blocks), size)
+        for queued in itertools.permutations(numbers, size):
+            yield queued, ()
+    for size in range(blocks + 1):
+        for queued in itertools.combinations(numbers, size):
+            rest = [number for number in numbers if number not in queued]
+            for other_size in range(1, len(rest) + 1):
+                for other in itertools.combinations(rest, other_size):
+                    yield queued, other
 
 
 def _interrupted(blocks: Sequence[Block]) -> Iterator[Block]:
@@ -132,28 +222,78 @@ def _interrupted(blocks: Sequence[Block]) -> Iterator[Block]:
     raise BatchInterrupted(f"after {len(blocks)} blocks")
 
 
-def _batch_label(batch: Sequence[Block]) -> str:
-    return "[" + ", ".join(repr(block) for block in batch) + "]"
+def _name(node: Block | None, sentinels: Sequence[Block] = ()) -> str:
+    """A node as reports name it: a block by its repr, a sentinel by its queue and role."""
+    names = ("A.head", "A.tail", "B.head", "B.tail")
+    for name, sentinel in zip(names, sentinels, strict=False):
+        if node is sentinel:
+            return name
+    return repr(node)
+
+
+def _batch_label(batch: Sequence[Block], sentinels: Sequence[Block]) -> str:
+    return "[" + ", ".join(_name(block, sentinels) for block in batch) + "]"
+
+
+def _crash(error: BaseException) -> str:
+    """Name an exception nothing expected, and where it was raised; never raises itself."""
+    try:
+        text = f"{type(error).__name__}: {error}"
+    except Exception:  # a broken __str__ must not hide the crash being reported
+        text = type(error).__name__
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        frame = frames[-1]
+        text += f" at {Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+    return text
 
 
 #: The batch operations, which take the same arguments and refuse the same batches.
 BATCH_OPERATIONS = ("append_n", "prepend_n")
 
+#: How a batch is handed over: a list, a one-shot iterator, an iterator that raises at its end.
+_MAKERS: dict[str, Callable[[Sequence[Block]], Iterable[Block]]] = {
+    "list": list,
+    "iter": iter,
+    "raising": _interrupted,
+}
 
-def _fresh_iterator(name: str, batch: Sequence[Block]) -> Callable[[Target], object]:
-    """``append_n`` or ``prepend_n`` of a new one-shot iterator over ``batch`` on every call."""
+
+def _batches(
+    universe: Sequence[SpecBlock], sentinels: Sequence[Block], max_batch: int
+) -> Iterator[tuple[str, str, tuple[Block, ...]]]:
+    """Every batch argument: its label, how it is handed over (a key of ``_MAKERS``), its blocks.
+
+    Every sequence of universe blocks up to ``max_batch`` long as a list and, up to length 2,
+    as a one-shot iterator; each sentinel alone and after the first block; and an iterator
+    that raises after the first ``size`` blocks, for every ``size`` up to ``max_batch``.
+    """
+    for size in range(max_batch + 1):
+        for batch in itertools.product(universe, repeat=size):
+            label = _batch_label(batch, sentinels)
+            yield label, "list", batch
+            if size <= 2:
+                yield f"iter({label})", "iter", batch
+    for sentinel in sentinels:
+        for sentinel_batch in ((sentinel,), (*universe[:1], sentinel)):
+            yield _batch_label(sentinel_batch, sentinels), "list", sentinel_batch
+    for size in range(min(max_batch, len(universe)) + 1):
+        prefix = tuple(universe[:size])
+        yield f"<iterator raising after {_batch_label(prefix, sentinels)}>", "raising", prefix
+
+
+def _batch_call(name: str, kind: str, batch: tuple[Block, ...]) -> Callable[[Target], object]:
+    """``append_n`` or ``prepend_n`` of ``batch``, handed over as ``kind`` says.
+
+    A list is made once and shared by every call (the queue and the model only read it); an
+    iterator is made afresh on every call.
+    """
+    if kind == "list":
+        return methodcaller(name, list(batch))
+    make = _MAKERS[kind]
 
     def call(target: Target) -> object:
-        return getattr(target, name)(iter(batch))
-
-    return call
-
-
-def _raising_iterator(name: str, batch: Sequence[Block]) -> Callable[[Target], object]:
-    """``append_n`` or ``prepend_n`` of a new iterator that yields ``batch`` and then raises."""
-
-    def call(target: Target) -> object:
-        return getattr(target, name)(_interrupted(batch))
+        return getattr(target, name)(make(batch))
 
     return call
 
@@ -164,32 +304,70 @@ def _operations(
     max_batch: int,
 ) -> list[Operation]:
     """Every mutating call that does not depend on the state's length, with its label."""
-    ops: list[Operation] = [("popleft()", methodcaller("popleft"))]
-    for block in [*universe, *sentinels]:
-        ops.append((f"remove({block!r})", methodcaller("remove", block)))
-        ops.append((f"append({block!r})", methodcaller("append", block)))
-    for name in BATCH_OPERATIONS:
-        for size in range(max_batch + 1):
-            for batch in itertools.product(universe, repeat=size):
-                label = _batch_label(batch)
-                ops.append((f"{name}({label})", methodcaller(name, list(batch))))
-                if size <= 2:
-                    ops.append((f"{name}(iter({label}))", _fresh_iterator(name, batch)))
-        for sentinel in sentinels:
-            for sentinel_batch in ([sentinel], [*universe[:1], sentinel]):
-                label = _batch_label(sentinel_batch)
-                ops.append((f"{name}({label})", methodcaller(name, sentinel_batch)))
-        for size in range(min(max_batch, len(universe)) + 1):
-            label = f"{name}(<iterator raising after {_batch_label(universe[:size])}>)"
-            ops.append((label, _raising_iterator(name, universe[:size])))
+    ops: list[Operation] = [("popleft()", methodcaller("popleft"), -1)]
+    for index, block in enumerate([*universe, *sentinels]):
+        needs_own = index if index < len(universe) else -1
+        name = _name(block, sentinels)
+        ops.append((f"remove({name})", methodcaller("remove", block), needs_own))
+        ops.append((f"append({name})", methodcaller("append", block), -1))
+    for operation in BATCH_OPERATIONS:
+        for label, kind, batch in _batches(universe, sentinels, max_batch):
+            ops.append((f"{operation}({label})", _batch_call(operation, kind, batch), -1))
     head, tail = sentinels[0], sentinels[1]
-    for cursor in [None, *universe, *sentinels]:
-        ops.append((f"iter_blocks_after({cursor!r})", iterate_after(cursor, head, tail)))
+    cursors: list[Block | None] = [None, *universe, *sentinels]
+    for index, cursor in enumerate(cursors):
+        needs_own = index - 1 if 0 < index <= len(universe) else -1
+        label = f"iter_blocks_after({_name(cursor, sentinels)})"
+        ops.append((label, iterate_after(cursor, head, tail), needs_own))
     return ops
 
 
+def _constructions(
+    queue_type: type[FreeBlockQueue[Any]],
+    universe: Sequence[SpecBlock],
+    sentinels: Sequence[Block],
+    max_batch: int,
+) -> list[Construction]:
+    """Every constructor call: its label and a maker of a fresh argument."""
+    return [
+        (f"{queue_type.__qualname__}({label})", functools.partial(_MAKERS[kind], batch))
+        for label, kind, batch in _batches(universe, sentinels, max_batch)
+    ]
+
+
+def _chain(head: Block, blocks: Sequence[Block], tail: Block) -> None:
+    """Link ``blocks`` between ``head`` and ``tail``, as a queue holding them would."""
+    previous = head
+    head.prev_free_block = None
+    for block in blocks:
+        previous.next_free_block = block
+        block.prev_free_block = previous
+        previous = block
+    previous.next_free_block = tail
+    tail.prev_free_block = previous
+    tail.next_free_block = None
+
+
+def _difference(got: Outcome, want: Outcome) -> str:
+    """How the queue's outcome differs from the model's, a crash named as one."""
+    error = got.error
+    if error is not None and not isinstance(error, EXPECTED_ERRORS):
+        expected = f"raised {want.error!r}" if want.error is not None else "returned"
+        return f"the call crashed with {_crash(error)} (the model {expected})"
+    return outcome_difference(got, want, messages=True) or "the outcomes differ"
+
+
+@dataclass
+class _Progress:
+    """How far a loop of calls from one state got: the call under way and the counts."""
+
+    label: str = "wiring the state"
+    transitions: int = 0
+    rejected: int = 0
+
+
 class _Checker:
-    """One universe, one queue object and a second queue, rewired for every transition."""
+    """One universe, queue A (the one operated on) and queue B, rewired for every transition."""
 
     def __init__(self, blocks: int, max_batch: int, queue_type: type[FreeBlockQueue[Any]]) -> None:
         self.universe = [SpecBlock(number) for number in range(blocks)]
@@ -198,44 +376,43 @@ class _Checker:
         self.queue: FreeBlockQueue[SpecBlock] = queue_type()
         self.head = self.queue.fake_free_list_head
         self.tail = self.queue.fake_free_list_tail
-        # Another queue's sentinels: as foreign to this queue as a block can be.
+        # Queue B: its blocks and its sentinels are as foreign to A as a block can be. Only
+        # its links and its count are used, never its methods.
         self.other: FreeBlockQueue[SpecBlock] = FreeBlockQueue()
-        self.sentinels: list[Block] = [
-            self.head,
-            self.tail,
-            self.other.fake_free_list_head,
-            self.other.fake_free_list_tail,
-        ]
+        self.other_head = self.other.fake_free_list_head
+        self.other_tail = self.other.fake_free_list_tail
+        self.sentinels: list[Block] = [self.head, self.tail, self.other_head, self.other_tail]
         self.nodes: list[Block] = [*self.universe, *self.sentinels]
         self.operations = _operations(self.universe, self.sentinels, max_batch)
+        self.constructions = _constructions(queue_type, self.universe, self.sentinels, max_batch)
         self.report = ExhaustiveReport(blocks, max_batch, queue_type.__qualname__)
 
-    def wire(self, state: Sequence[SpecBlock]) -> FreeBlockQueue[SpecBlock]:
-        """Put the queue into ``state`` by writing every link, as if ``state`` had been built."""
+    def describe(self, state: State) -> str:
+        """Name a state by the blocks of each queue, front first."""
+        queued, other = state
+        return f"A={[self.universe[n] for n in queued]!r}, B={[self.universe[n] for n in other]!r}"
+
+    def blocks_of(self, state: State) -> tuple[list[SpecBlock], list[SpecBlock]]:
+        """The blocks of A and of B in ``state``, front first."""
+        queued, other = state
+        return [self.universe[number] for number in queued], [
+            self.universe[number] for number in other
+        ]
+
+    def wire(self, queued: Sequence[SpecBlock], other: Sequence[SpecBlock]) -> None:
+        """Put A and B into a state by writing every link, as if it had been built."""
         for block in self.universe:
             block.prev_free_block = block.next_free_block = None
         queue = self.queue
         queue.fake_free_list_head = self.head
         queue.fake_free_list_tail = self.tail
-        previous: Block = self.head
-        self.head.prev_free_block = None
-        for block in state:
-            previous.next_free_block = block
-            block.prev_free_block = previous
-            previous = block
-        previous.next_free_block = self.tail
-        self.tail.prev_free_block = previous
-        self.tail.next_free_block = None
-        queue.num_free_blocks = len(state)
-        other_head, other_tail = self.sentinels[2], self.sentinels[3]
-        other_head.prev_free_block = other_tail.next_free_block = None
-        other_head.next_free_block = other_tail
-        other_tail.prev_free_block = other_head
-        self.other.num_free_blocks = 0
-        return queue
+        _chain(self.head, queued, self.tail)
+        queue.num_free_blocks = len(queued)
+        _chain(self.other_head, other, self.other_tail)
+        self.other.num_free_blocks = len(other)
 
-    def fingerprint(self) -> tuple[list[object], list[object], int, int, Block, Block]:
-        """Everything a call can change: every link of every node, both counts, the queue's
+    def fingerprint(self) -> Fingerprint:
+        """Everything a call can change: every link of every node, both counts, A's
         sentinels (links and sentinels are compared by identity, see :meth:`unchanged`)."""
         queue = self.queue
         return (
@@ -247,9 +424,7 @@ class _Checker:
             queue.fake_free_list_tail,
         )
 
-    def unchanged(
-        self, pristine: tuple[list[object], list[object], int, int, Block, Block]
-    ) -> bool:
+    def unchanged(self, pristine: Fingerprint) -> bool:
         """Whether everything :meth:`fingerprint` records is still exactly as in ``pristine``.
 
         C-level iteration only: it runs after most calls.
@@ -265,89 +440,173 @@ class _Checker:
             and all(map(operator.is_, map(_NEXT, self.nodes), nexts))
         )
 
-    def verify(self, label: str, state: Sequence[SpecBlock], model: ListModel[SpecBlock]) -> None:
-        """Check the queue against ``model`` after ``label`` from ``state``."""
-        queue = self.queue
-        problem = None
-        if queue.fake_free_list_head is not self.head or queue.fake_free_list_tail is not self.tail:
-            problem = "the queue's sentinels were replaced"
-        elif not (
-            self.other.fake_free_list_head.next_free_block is self.other.fake_free_list_tail
-            and self.other.fake_free_list_tail.prev_free_block is self.other.fake_free_list_head
-            and self.other.fake_free_list_head.prev_free_block is None
-            and self.other.fake_free_list_tail.next_free_block is None
-            and self.other.num_free_blocks == 0
+    def foreign_problem(self, other: Sequence[int], pristine: Fingerprint) -> str | None:
+        """Describe how B differs from its wiring in ``pristine``: order, count or links."""
+        prevs, nexts, _, other_count, _, _ = pristine
+        if (
+            self.other.fake_free_list_head is not self.other_head
+            or self.other.fake_free_list_tail is not self.other_tail
         ):
-            problem = "another queue's sentinels were changed"
-        else:
-            try:
-                check_invariants(queue)
-            except InvariantViolation as violation:
-                problem = str(violation)
-            else:
-                problem = mismatch(queue, model, self.universe, queries=False)
-        if problem is not None and self.report.counterexample is None:
-            self.report.counterexample = f"from {list(state)!r}, {label}: {problem}"
+            return "queue B's sentinels were replaced"
+        if self.other.num_free_blocks != other_count:
+            return f"queue B's count is {self.other.num_free_blocks}, not {other_count}"
+        blocks = len(self.universe)
+        for index in (*other, blocks + 2, blocks + 3):
+            node = self.nodes[index]
+            before, after = node.prev_free_block, node.next_free_block
+            if before is not prevs[index] or after is not nexts[index]:
+                name = functools.partial(_name, sentinels=self.sentinels)
+                return (
+                    f"{name(node)} of queue B links back to {name(before)} and on to "
+                    f"{name(after)}, not to {name(prevs[index])} and {name(nexts[index])}"  # type: ignore[arg-type]  # nodes or None
+                )
+        return None
 
-    def check_state(self, state: Sequence[SpecBlock]) -> None:
-        """Run every query and every operation from ``state``; record the first failure."""
+    def verify(
+        self, model: ListModel[SpecBlock], other: Sequence[int], pristine: Fingerprint
+    ) -> str | None:
+        """Describe how A differs from ``model``, or B from its wiring, after a call."""
+        queue = self.queue
+        if queue.fake_free_list_head is not self.head or queue.fake_free_list_tail is not self.tail:
+            return "queue A's sentinels were replaced"
+        problem = self.foreign_problem(other, pristine)
+        if problem is not None:
+            return problem
+        try:
+            check_invariants(queue)
+        except InvariantViolation as violation:
+            return str(violation)
+        return mismatch(queue, model, self.universe, queries=False)
+
+    def check_state(self, state: State) -> None:
+        """Run every query and every operation from ``state``; record the first failure.
+
+        A crash of the queue or of the check is recorded as the counterexample too.
+        """
         report = self.report
         report.states += 1
-        queue = self.wire(state)
-        model = ListModel(state)
-        problem = mismatch(queue, model, self.universe, queries=True)
-        if problem is None:
-            problem = self.check_queries(queue, model)
+        queued_numbers, other_numbers = state
+        if other_numbers:
+            report.two_queue_states += 1
+        queued, other = self.blocks_of(state)
+        try:
+            self.wire(queued, other)
+            membership = Membership()
+            membership.linked_ids.update(map(id, other))
+            start = ListModel(queued, membership=membership)
+            pristine = self.fingerprint()
+            problem = self.check_queries(self.queue, start)
+            if problem is None and not self.unchanged(pristine):
+                problem = "changed links or counts"
+        except Exception as error:  # the check itself crashed: a counterexample, not a traceback
+            problem = f"the check crashed with {_crash(error)}"
         if problem is not None:
-            report.counterexample = f"in {list(state)!r}: {problem}"
+            report.counterexample = f"in {self.describe(state)}, the queries: {problem}"
             return
-        counts = range(-2, len(state) + 3)
-        operations: list[Operation] = [
-            *self.operations,
-            *((f"popleft_n({n})", methodcaller("popleft_n", n)) for n in counts),
+        self.guarded(self.check_operations, "from", state, start)
+        if report.counterexample is None and (*queued_numbers, *other_numbers) == tuple(
+            range(len(queued_numbers) + len(other_numbers))
+        ):
+            # A the first blocks and B the next ones: one state per pair of sizes, which the
+            # module docstring explains is enough for the constructor.
+            self.guarded(self.check_constructor, "with", state, start)
+
+    def guarded(
+        self,
+        loop: Callable[[State, ListModel[SpecBlock], _Progress], str | None],
+        preposition: str,
+        state: State,
+        start: ListModel[SpecBlock],
+    ) -> None:
+        """Run a loop of calls from ``state``; record its counts and its failure or crash."""
+        progress = _Progress()
+        try:
+            problem = loop(state, start, progress)
+        except Exception as error:  # the check itself crashed: a counterexample, not a traceback
+            problem = f"the check crashed with {_crash(error)}"
+        report = self.report
+        report.transitions += progress.transitions
+        report.rejected += progress.rejected
+        if problem is not None:
+            where = f"{preposition} {self.describe(state)}, {progress.label}"
+            report.counterexample = f"{where}: {problem}"
+
+    def state_operations(self, state: State) -> list[Operation]:
+        """The operations to apply in ``state``: those within the contract, and ``popleft_n``."""
+        queued, other = state
+        operations = self.operations
+        if other:
+            # remove() and iter_blocks_after() of a block of B: outside the contract.
+            foreign = set(other)
+            operations = [op for op in operations if op[2] not in foreign]
+            self.report.outside_contract += len(self.operations) - len(operations)
+        counts = range(-2, len(queued) + 3)
+        return [
+            *operations,
+            *((f"popleft_n({n})", methodcaller("popleft_n", n), -1) for n in counts),
         ]
-        start = model
+
+    def check_operations(
+        self, state: State, start: ListModel[SpecBlock], progress: _Progress
+    ) -> str | None:
+        """Apply every operation to A in ``state`` and to ``start``; return the first failure."""
+        queued, other = self.blocks_of(state)
+        queue = self.queue
+        problem: str | None
+        self.wire(queued, other)
         model = start.copy()
         pristine = self.fingerprint()
         wired = True
-        for label, operation in operations:
-            report.transitions += 1
+        start_blocks, start_ids = start.blocks, start.membership.linked_ids
+        operations = self.state_operations(state)
+        for progress.transitions, (progress.label, operation, _) in enumerate(operations, 1):
             if not wired:
-                queue = self.wire(state)
-            want = outcome_of(operation, model)
-            got = outcome_of(operation, queue)
-            if want.error is not None:
-                report.rejected += 1
-            problem = outcome_difference(got, want, messages=True)
-            if problem is not None:
-                report.counterexample = f"from {list(state)!r}, {label}: {problem}"
-                return
-            if (
-                _same_blocks(model.blocks, start.blocks)
-                and model.membership.linked_ids == start.membership.linked_ids
+                self.wire(queued, other)
+                wired = True
+            try:
+                want: object = operation(model)
+                want_error: Exception | None = None
+            except Exception as error:  # an outcome to compare with the queue's
+                want, want_error = None, error
+            try:
+                got: object = operation(queue)
+                got_error: Exception | None = None
+            except Exception as error:  # an outcome, or a crash the report names
+                got, got_error = None, error
+            if want_error is not None:
+                progress.rejected += 1
+                agree = type(got_error) is type(want_error) and str(got_error) == str(want_error)
+            else:
+                agree = got_error is None and same_result(got, want)
+            if not agree:
+                problem = _difference(Outcome(got, got_error), Outcome(want, want_error))
+            elif (
+                len(model.blocks) == len(start_blocks)
+                and all(map(operator.is_, model.blocks, start_blocks))
+                and model.membership.linked_ids == start_ids
             ):
-                # The model did not change (and stays in use), so nothing may have changed:
-                # every link, count and sentinel is compared exactly.
-                wired = self.unchanged(pristine)
-                if not wired:
-                    self.verify(label, state, model)
-                    report.counterexample = report.counterexample or (
-                        f"from {list(state)!r}, {label}: changed links or counts, "
-                        "though the model did not change"
-                    )
-                    return
-                continue
-            wired = False
-            self.verify(label, state, model)
-            if report.counterexample is not None:
-                return
-            model = start.copy()
-        self.check_constructor(state, start)
+                # The model did not change (and stays in use), so nothing may have
+                # changed: every link, count and sentinel is compared exactly.
+                if self.unchanged(pristine):
+                    continue
+                problem = self.verify(model, state[1], pristine) or (
+                    "changed links or counts, though the model did not change"
+                )
+            else:
+                wired = False
+                problem = self.verify(model, state[1], pristine)
+                model = start.copy()
+            if problem is not None:
+                return problem
+        return None
 
     def check_queries(
         self, queue: FreeBlockQueue[SpecBlock], model: ListModel[SpecBlock]
     ) -> str | None:
         """Run every read-only call once; each must answer as the model does."""
+        problem = mismatch(queue, model, self.universe, queries=True)
+        if problem is not None:
+            return problem
         self.report.queries += 5
         expected = f"<{type(queue).__qualname__} with {len(model)} free blocks>"
         if repr(queue) != expected:
@@ -357,44 +616,64 @@ class _Checker:
         roles.append(getattr(queue.fake_free_list_tail, "role", None))
         if roles != ["head", "tail"]:
             return f"the sentinels are labelled {roles}, not ['head', 'tail']"
-        for block in [*self.universe, *self.sentinels]:
+        for block in self.nodes:
             self.report.queries += 1
             got = outcome_of(operator.contains, queue, block)
             if got.error is not None or got.result is not (block in model):
-                return f"{block!r} in queue gives {got.result!r} {got.error!r}"
+                return f"{_name(block, self.sentinels)} in queue gives {got.result!r} {got.error!r}"
         return mismatch(queue, model, self.universe, queries=True)
 
-    def check_constructor(self, state: Sequence[SpecBlock], start: ListModel[SpecBlock]) -> None:
-        """Build a second queue from every short batch while ``state`` holds the universe."""
-        for size in range(3):
-            for batch in itertools.product(self.universe, repeat=size):
-                self.report.transitions += 1
-                self.wire(state)
-                model = start.copy()
-                want = outcome_of(functools.partial(ListModel, membership=model.membership), batch)
-                got = outcome_of(self.queue_type, batch)
-                label = f"{self.queue_type.__qualname__}({_batch_label(batch)})"
-                if want.error is not None:
-                    self.report.rejected += 1
-                    problem = outcome_difference(got, want, messages=True)
-                elif got.error is not None:
-                    problem = f"raised {got.error!r}, the model accepted the batch"
-                elif isinstance(got.result, FreeBlockQueue) and isinstance(want.result, ListModel):
-                    # A new queue: compared with the new model by content, not identity.
-                    problem = mismatch(got.result, want.result, self.universe, queries=True)
-                else:
-                    problem = f"built {got.result!r}, not a queue"
+    def check_constructor(
+        self, state: State, start: ListModel[SpecBlock], progress: _Progress
+    ) -> str | None:
+        """Build a new queue from every batch while ``state`` holds the universe.
+
+        The queue must be the one the model builds, linking only its batch; a refusal must be
+        the model's and change nothing.
+        """
+        queue_type = self.queue_type
+        self.wire(*self.blocks_of(state))
+        pristine = self.fingerprint()
+        linked = start.membership.linked_ids
+        membership = Membership()
+        for progress.transitions, (progress.label, make) in enumerate(self.constructions, 1):
+            if membership.linked_ids != linked:  # a model was built with the last one
+                membership = Membership()
+                membership.linked_ids.update(linked)
+            want = Outcome()
+            try:
+                want.result = ListModel(make(), membership=membership)
+            except Exception as error:  # an outcome to compare with the queue's
+                want.error = error
+            got = Outcome()
+            try:
+                got.result = queue_type(make())
+            except Exception as error:  # an outcome, or a crash the report names
+                got.error = error
+            problem = None
+            if want.error is not None:
+                progress.rejected += 1
+                if type(got.error) is not type(want.error) or str(got.error) != str(want.error):
+                    problem = _difference(got, want)
+                elif not self.unchanged(pristine):
+                    problem = "changed links or counts, though it refused its batch"
+            elif got.error is not None:
+                problem = _difference(got, want)
+            elif not isinstance(got.result, FreeBlockQueue) or not isinstance(
+                want.result, ListModel
+            ):
+                problem = f"built {got.result!r}, not a queue"
+            else:
+                # A new queue: compared with the new model by content, not identity.
+                problem = mismatch(got.result, want.result, self.universe, queries=True)
                 if problem is None:
-                    self.verify(label, state, model)
-                else:
-                    self.report.counterexample = f"with {list(state)!r} queued, {label}: {problem}"
-                if self.report.counterexample is not None:
-                    return
-
-
-def _same_blocks(left: Sequence[Block], right: Sequence[Block]) -> bool:
-    """Whether two sequences hold the same blocks (by identity) in the same order."""
-    return len(left) == len(right) and all(map(operator.is_, left, right))
+                    for block in want.result.blocks:
+                        block.prev_free_block = block.next_free_block = None
+                    if not self.unchanged(pristine):
+                        problem = "changed links or counts outside its batch"
+            if problem is not None:
+                return problem
+        return None
 
 
 def check_every_state(
@@ -406,15 +685,15 @@ def check_every_state(
 ) -> ExhaustiveReport:
     """Check every operation from every state of ``queue_type`` over ``blocks`` blocks.
 
-    Stops at the first counterexample and reports it; otherwise reports how many states,
-    transitions (rejected ones among them) and queries were checked. ``jobs > 1`` splits the
-    states between that many processes.
+    Stops at the first counterexample (a crash included) and reports it; otherwise reports
+    how many states, transitions (rejected ones among them), queries and calls outside the
+    contract were covered. ``jobs > 1`` splits the states between that many processes.
 
     Runtime complexity: O(count_states(blocks) * blocks ** max_batch)
 
     >>> report = check_every_state(blocks=2, max_batch=2)
-    >>> report.states, report.counterexample
-    (5, None)
+    >>> report.states, report.two_queue_states, report.counterexample
+    (10, 5, None)
     """
     start = time.perf_counter()
     if jobs <= 1:
@@ -425,11 +704,7 @@ def check_every_state(
             parts = pool.starmap(_check_share, shares)
         report = ExhaustiveReport(blocks, max_batch, queue_type.__qualname__)
         for part in parts:
-            report.states += part.states
-            report.transitions += part.transitions
-            report.rejected += part.rejected
-            report.queries += part.queries
-            report.counterexample = report.counterexample or part.counterexample
+            report.add(part)
     report.seconds = time.perf_counter() - start
     return report
 
@@ -438,11 +713,16 @@ def _check_share(
     blocks: int, max_batch: int, queue_type: type[FreeBlockQueue[Any]], share: int, shares: int
 ) -> ExhaustiveReport:
     """Check the states whose index is ``share`` modulo ``shares``."""
-    checker = _Checker(blocks, max_batch, queue_type)
-    for index, numbers in enumerate(_states(blocks)):
+    try:
+        checker = _Checker(blocks, max_batch, queue_type)
+    except Exception as error:  # a queue that cannot even be built is a counterexample too
+        report = ExhaustiveReport(blocks, max_batch, queue_type.__qualname__)
+        report.counterexample = f"setting up the check crashed with {_crash(error)}"
+        return report
+    for index, state in enumerate(_states(blocks)):
         if index % shares != share:
             continue
-        checker.check_state([checker.universe[number] for number in numbers])
+        checker.check_state(state)
         if checker.report.counterexample is not None:
             break
     return checker.report
@@ -454,11 +734,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m specs.exhaustive",
-        description="Check every operation from every state of a queue of up to N blocks.",
+        description="Check every operation from every state of two queues sharing N blocks.",
     )
     parser.add_argument("--blocks", type=int, default=6, help="universe size N (default 6)")
     parser.add_argument(
-        "--max-batch", type=int, default=3, help="longest append_n and prepend_n batch (default 3)"
+        "--max-batch",
+        type=int,
+        default=3,
+        help="longest batch for append_n, prepend_n and the constructor (default 3)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="processes to split the states over")
     parser.add_argument(
