@@ -21,7 +21,9 @@ blocks). So the first, middle and last block of B, and every position of A, are 
 argument from the ascending state, and another order of the same split would repeat the same
 calls under other names. What the argument assumes is that the queue does not key on object
 identities as numbers (``id()`` order, say); the states with B empty cover every order of A
-without it.
+without it. The few calls built on fixed blocks (a sentinel after block 0, iterators that
+raise after the first blocks) are probes beyond the argument: they give block 0 the roles a
+split gives it, not every role.
 
 From every state the checker applies every operation with every argument:
 
