@@ -62,6 +62,7 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "tests/test_invariants.py",
             "tests/test_fault_matrix.py",
             "tests/test_checked_atomicity.py",
+            "tests/test_checked_walks.py",
         ],
         [],
     ),
