@@ -10,6 +10,7 @@ loop is tried.
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from block_types import NumberedBlock, numbered
 from verified_queue import (
     COMPILED,
     AlreadyInQueueError,
+    Block,
     InvariantViolation,
     WrongTypeError,
 )
@@ -315,6 +317,20 @@ class SteppedLinks:
         self._step(lambda: setattr(self, "_next", value))
 
 
+def popleft_n_interrupted(
+    queue: FreeBlockQueue[Any], count: int, step: int, *, after: bool
+) -> None:
+    """Call ``popleft_n(count)`` with the trap at ``step``, and require the interrupt."""
+    SteppedLinks.steps = 0
+    SteppedLinks.fire_at = step
+    SteppedLinks.after = after
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            queue.popleft_n(count)
+    finally:
+        SteppedLinks.fire_at = -1
+
+
 @pure_only
 @pytest.mark.parametrize("after", [False, True], ids=["before-the-step", "after-the-step"])
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
@@ -327,14 +343,7 @@ def test_popleft_n_interrupted_at_every_step_puts_every_block_back(count: int, a
     # a block. The write after the loop (the first kept block's back link) is not undone:
     # a signal cannot interrupt a real Block's slot write, only a property's call.
     for step in range(3 * count):
-        SteppedLinks.steps = 0
-        SteppedLinks.fire_at = step
-        SteppedLinks.after = after
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                queue.popleft_n(count)
-        finally:
-            SteppedLinks.fire_at = -1
+        popleft_n_interrupted(queue, count, step, after=after)
         assert every_link(queue, blocks) == before, f"interrupted at step {step}"
     taken = queue.popleft_n(count)
     assert taken == blocks[:count]
@@ -349,3 +358,52 @@ def test_a_sentinel_appended_is_refused_by_name() -> None:
     with pytest.raises(AlreadyInQueueError) as caught:
         queue.append(tail)  # type: ignore[arg-type]  # deliberate
     assert str(caught.value) == f"append(<tail sentinel at {id(tail):#x}>): it is a queue sentinel"
+
+
+@pure_only
+def test_popleft_n_interrupted_on_a_cut_run_leaves_the_cut_as_it_found_it() -> None:
+    """An interrupt at the first read, on a run already cut by outside code, restores that cut."""
+    blocks = [SteppedLinks(i) for i in range(3)]
+    queue: FreeBlockQueue[Any] = FreeBlockQueue(blocks)
+    blocks[0]._next = None  # outside code cut the chain after the front block
+    before = every_link(queue, blocks)
+    popleft_n_interrupted(queue, 2, 0, after=False)
+    assert every_link(queue, blocks) == before
+
+
+# ----------------------------------------------------------------- the hot path's costs
+
+
+@pytest.mark.parametrize("operation", ["append_n", "prepend_n"])
+def test_a_list_batch_is_linked_in_place_without_a_copy(operation: str) -> None:
+    """A batch given as a list is not copied: linking it allocates far less than a copy would."""
+    queue = FreeBlockQueue(numbered(2))
+    batch = [Block() for _ in range(50_000)]
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        already = tracemalloc.get_traced_memory()[0]
+        getattr(queue, operation)(batch)
+        peak = tracemalloc.get_traced_memory()[1] - already
+    finally:
+        tracemalloc.stop()
+    assert len(queue) == 50_002
+    # A copy of the list would take a pointer per block: 8 bytes each, 400 kB here.
+    assert peak < len(batch), f"{operation} allocated {peak} bytes for a list batch"
+
+
+@pure_only
+def test_popleft_n_takes_an_int_count_without_converting_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An exact int count skips the conversion call that other integer types go through."""
+
+    def refuse(operation: str, n: object) -> int:
+        raise AssertionError(f"{operation}({n!r}) converted its count")
+
+    monkeypatch.setattr(queue_module, "_count_argument", refuse)
+    blocks = numbered(3)
+    queue = FreeBlockQueue(blocks)
+    assert queue.popleft_n(2) == blocks[:2]
+    with pytest.raises(AssertionError, match="converted its count"):
+        queue.popleft_n(Index(1))
