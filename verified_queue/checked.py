@@ -332,17 +332,16 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             )
         raise self._unexplained(where)
 
-    def _expect_front(self, steps: int, where: str) -> None:
-        """(1), (2): the first ``steps`` blocks and the node after them are sound, in O(steps)."""
-        if not self._front_is_sound(steps):
-            self._check_front(steps, where)
+    def _check_front(self, where: str) -> None:
+        """(1), (2): find the fault an inline test of the front found, walking from the head.
 
-    def _check_front(self, steps: int, where: str) -> None:
-        """(1), (2): find the fault in the first ``steps`` blocks and the node after them.
-
-        Each must be a member whose back link names the node before it; the
-        node after them is the tail or another such member. Called only once
-        ``_front_is_sound(steps)`` has failed, so it always raises.
+        Each node must be a member whose back link names the node before it, up
+        to the tail, which must have no successor and follow exactly the
+        members. Called only once an inline test of the first blocks has failed,
+        so it always raises, at the first fault, which is no further than the
+        blocks that test read. The walk needs no bound: while the back links
+        agree, no member can come round twice (the argument of invariant (1) in
+        ``verified_queue.invariants``).
         """
         head = self.fake_free_list_head
         tail = self.fake_free_list_tail
@@ -355,30 +354,32 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 describe(head.prev_free_block, head, tail),
             )
         previous: Block = head
-        for position in range(1, steps + 2):
+        position = 1
+        while True:
             node = previous.next_free_block
             if node is tail:
-                if tail.next_free_block is not None:
-                    # popleft tells an empty queue by the tail's missing successor.
-                    raise violation(
-                        SENTINEL_LINKAGE,
-                        where,
-                        f"next_free_block of {describe(tail, tail=tail)}",
-                        _NO_LINK,
-                        describe(tail.next_free_block, head, tail),
-                    )
-                if position - 1 != len(self._members):
-                    # The links agree up to the tail, but the chain is not the membership.
-                    raise violation(
-                        COUNT_CONSISTENCY,
-                        f"{where}, position {position} of the forward walk (head = 0)",
-                        "num_free_blocks",
-                        f"{position - 1} (the walk reached the tail)",
-                        f"{self.num_free_blocks}",
-                    )
                 break
             self._expect_linked_member(node, previous, position, where)
             previous = node  # type: ignore[assignment]  # a member, so a Block
+            position += 1
+        if tail.next_free_block is not None:
+            # popleft tells an empty queue by the tail's missing successor.
+            raise violation(
+                SENTINEL_LINKAGE,
+                where,
+                f"next_free_block of {describe(tail, tail=tail)}",
+                _NO_LINK,
+                describe(tail.next_free_block, head, tail),
+            )
+        if position - 1 != len(self._members):
+            # The links agree up to the tail, but the chain is not the membership.
+            raise violation(
+                COUNT_CONSISTENCY,
+                f"{where}, position {position} of the forward walk (head = 0)",
+                "num_free_blocks",
+                f"{position - 1} (the walk reached the tail)",
+                f"{self.num_free_blocks}",
+            )
         raise self._unexplained(where)
 
     def _expect_linked_member(
@@ -666,13 +667,37 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
-            # The front block and the node after it, whose back link popleft() rewrites; an
-            # empty queue has only the tail to check, and the production queue refuses it.
-            self._expect_front(1 if members else 0, "the start of popleft()")
+            # The inline form of _front_is_sound(1), or of _front_is_sound(0) when empty: the
+            # front block and the node after it, whose back link popleft() rewrites; an empty
+            # queue has only the tail to check, and the production queue refuses it.
+            head = self.fake_free_list_head
+            tail = self.fake_free_list_tail
+            first = head.next_free_block
+            if id(first) in members:
+                second = first.next_free_block  # type: ignore[union-attr]  # a member
+                sound = (
+                    first.prev_free_block is head  # type: ignore[union-attr]  # a member
+                    and head.prev_free_block is None
+                    and (
+                        second.prev_free_block is first  # type: ignore[union-attr]  # a member
+                        if id(second) in members
+                        else second is tail and tail.next_free_block is None and len(members) == 1
+                    )
+                )
+            else:
+                sound = (
+                    first is tail
+                    and not members
+                    and head.prev_free_block is None
+                    and tail.next_free_block is None
+                )
+            if not sound:
+                self._check_front("the start of popleft()")
             block = self._super_popleft()
             if members.pop(id(block), None) is None:
                 raise self._not_taken_from_here(block, "the end of popleft()")
-            self._expect_front(0, "the end of popleft()")
+            if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
+                self._check_front("the end of popleft()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of popleft()")
             return block
@@ -683,7 +708,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise self._damaged("popleft()", error) from error
 
     def _front_is_sound(self, steps: int) -> bool:
-        """(1), (2): ``_check_front(steps)`` would pass; the inline form of its walk."""
+        """(1), (2): the first ``steps`` blocks and the node after them are sound, in O(steps).
+
+        The inline test of ``_check_front``'s walk, stopped after ``steps + 1`` nodes.
+        """
         members = self._members
         head = self.fake_free_list_head
         if head.prev_free_block is not None:
@@ -714,13 +742,15 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
-            if 0 <= count <= len(members):  # else the production queue refuses the count
-                self._expect_front(count, "the start of popleft_n()")
+            # Out of range, the production queue refuses the count itself.
+            if 0 <= count <= len(members) and not self._front_is_sound(count):
+                self._check_front("the start of popleft_n()")
             popped = self._super_popleft_n(count)
             for block in popped:
                 if members.pop(id(block), None) is None:
                     raise self._not_taken_from_here(block, "the end of popleft_n()")
-            self._expect_front(0, "the end of popleft_n()")
+            if not self._front_is_sound(0):
+                self._check_front("the end of popleft_n()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 self._expect_count("the end of popleft_n()")
             return popped
@@ -884,11 +914,13 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             if not members.keys().isdisjoint(map(id, batch)):
                 for block in batch:
                     self._reject_cleared_member(block, "the start of prepend_n()")
-            self._expect_front(0, "the start of prepend_n()")
+            if not self._front_is_sound(0):
+                self._check_front("the start of prepend_n()")
             after = self.fake_free_list_head.next_free_block
             self._super_prepend_n(batch)
             members.update({id(block): block for block in batch})
-            self._expect_front(0, "the end of prepend_n()")
+            if not self._front_is_sound(0):
+                self._check_front("the end of prepend_n()")
             if batch:
                 self._expect_joined(batch[-1], after, "the end of prepend_n()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
