@@ -262,3 +262,39 @@ def test_the_front_diagnosis_names_the_first_fault_wherever_it_is() -> None:
         "invariant 1 (sentinel_linkage) broken at here, position 3 of the forward walk "
         f"(head = 0): prev_free_block of {blocks[3]!r}: expected {blocks[1]!r}, found None"
     )
+
+
+@pytest.mark.parametrize("fault", ["foreign second", "second cut out", "tail successor"])
+def test_popleft_names_a_fault_past_its_front_block_before_writing(fault: str) -> None:
+    """popleft finds a fault at the node after the front block, or at the tail, before writing."""
+    blocks = [Block() for _ in range(2)]
+    queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
+    b0, b1 = blocks
+    tail, stray = queue.fake_free_list_tail, Block()
+    start = "the start of popleft()"
+    walk = "position 2 of the forward walk (head = 0)"
+    if fault == "foreign second":  # a block of no queue, linked in both ways
+        b0.next_free_block, stray.prev_free_block = stray, b0
+        expected = (
+            f"invariant 1 (sentinel_linkage) broken at {start}, {walk}: next_free_block of "
+            f"{b0!r}: expected one of this queue's blocks or its tail, found {stray!r}"
+        )
+    elif fault == "second cut out":  # the links agree, but a member is missing from them
+        b0.next_free_block, tail.prev_free_block = tail, b0
+        expected = (
+            f"invariant 2 (count_consistency) broken at {start}, {walk}: num_free_blocks: "
+            "expected 1 (the walk reached the tail), found 2"
+        )
+    else:  # one block left, and the tail has a successor
+        queue.remove(b1)
+        tail.next_free_block = stray
+        expected = (
+            f"invariant 1 (sentinel_linkage) broken at {start}: next_free_block of this "
+            f"queue's {tail!r}: expected None, found {stray!r}"
+        )
+    nodes = [queue.fake_free_list_head, tail, *blocks, stray]
+    before = snapshot(queue, nodes)
+    with pytest.raises(InvariantViolation) as caught:
+        queue.popleft()
+    assert str(caught.value) == expected
+    assert snapshot(queue, nodes) == before
