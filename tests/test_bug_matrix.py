@@ -19,6 +19,8 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "bug-matrix.md"
 
 Matrix = dict[tuple[str, str], bool]
 
+pytestmark = pytest.mark.bug_matrix
+
 
 @pytest.fixture(scope="module")
 def cheap() -> Matrix:
