@@ -516,7 +516,7 @@ def popleft_n_contract(order: list[int], n: int) -> Step:
     pre: -2 <= n <= UNIVERSE + 2
     post: problems(_) == []
     """
-    count = next(value for value in range(-2, UNIVERSE + 3) if value == n)
+    count = _chosen(n, range(-2, UNIVERSE + 3))
     return _World(order).step(lambda target: target.popleft_n(count))
 
 
@@ -713,6 +713,12 @@ def operations_contract(order: list[int], program: list[tuple[int, int]]) -> lis
     return differences
 
 
+def _chosen(value: int, values: range) -> int:
+    """``value``, known to be one of ``values``, as a concrete int: CrossHair branches on
+    each comparison (a choice it can exhaust), and the checks that follow stay concrete."""
+    return next(candidate for candidate in values if candidate == value)
+
+
 def _valid_instruction(operation: int, argument: int) -> bool:
     return 0 <= operation < _OPERATIONS and -UNIVERSE <= argument < UNIVERSE
 
@@ -721,7 +727,8 @@ def _instruction(world: _World, operation: int, argument: int) -> Callable[[Any]
     if operation == 0:
         return lambda target: target.popleft()
     if operation == 1:
-        return lambda target: target.popleft_n(argument)
+        count = _chosen(argument, range(-UNIVERSE, UNIVERSE))
+        return lambda target: target.popleft_n(count)
     if operation == 6:
         return _iterate_after(world, None if argument < FOREIGN else world.node(argument))
     if operation in (2, 3):
