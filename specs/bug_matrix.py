@@ -161,12 +161,9 @@ RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
     "crosshair": (
         "measured 2026-12-03 with `tox -e crosshair-planted`'s test (specs/crosshair_run.py "
         "--first, 6 CPU-s per condition, the contract of the overridden method first, then the "
-        "others in turn) on specs/contracts.py as committed at c352be4: 22 bugs in 203 s on 2 "
-        "shared cores; the 4 then listed as misses (the aliasing bugs and "
-        "`constructor_not_atomic_for_iterables`) one by one, with the contracts in the runner's "
-        "default order, on c971347. Every one gave a counterexample; `append_n_wrong_neighbour` "
-        "and `prepend_n_reversed` only in operations_contract (their own contracts found none "
-        "in 6 s)",
+        "others in turn) on commit a6d5658: all 26 bugs in 103 s on 2 shared cores. Every one "
+        "gave a counterexample; `append_n_wrong_neighbour` and `prepend_n_reversed` only in "
+        "operations_contract (their own contracts found none in 6 s)",
         {
             "popleft_n_off_by_one": True,
             "popleft_n_allows_negative": True,
