@@ -2,7 +2,7 @@
 
 Run from a checkout: ``python bench/keys.py`` (``--quick`` for a short run).
 
-Two measurements, each with every key function of ``verified_queue.keys`` in
+Two measurements, each with every key function of ``verified_queue.kvcache.keys`` in
 one process, interleaved (each repetition times every function once, in
 rotating order), with the garbage collector off during each timing; the tables
 give medians over the repetitions and their ratio to the default, SHA-256:
@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import verified_queue
-from verified_queue.demo import DemoConfig, DemoReport, run_demo
-from verified_queue.keys import DEFAULT_KEY_FUNCTION, KEY_FUNCTIONS, hash_request_tokens
+from verified_queue.cli.demo import DemoConfig, DemoReport, run_demo
+from verified_queue.kvcache.keys import DEFAULT_KEY_FUNCTION, KEY_FUNCTIONS, hash_request_tokens
 
 DEFAULT_NAME = next(
     name for name, function in KEY_FUNCTIONS.items() if function is DEFAULT_KEY_FUNCTION

@@ -1,4 +1,4 @@
-"""``python -m verified_queue bench``: time the queue against the designs a user would copy.
+"""``tox -e bench``: time the queue against the designs a user would copy.
 
 Prints one Markdown table per workload: the median time of each
 implementation for each n and, in brackets, its ratio to vLLM 0.33.0's own
@@ -281,8 +281,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark as ``python -m bench.run``."""
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    """Run the benchmark with the options in ``argv`` (the command line when ``None``)."""
+    parser = argparse.ArgumentParser(prog="python -I bench/__main__.py", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

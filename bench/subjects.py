@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import verified_queue
 from bench.baselines import (
@@ -19,6 +16,7 @@ from bench.baselines import (
     PreChangeBlock,
     PreChangeQueue,
 )
+from specs.vllm import wheel as vllm_wheel
 from verified_queue import queue as queue_module
 from verified_queue.block import Block
 
@@ -36,31 +34,6 @@ __all__ = [
     "vllm_release_subject",
 ]
 
-
-def _checkout_module(name: str, relative_path: str) -> ModuleType:
-    """Import a file of this checkout by its path, once.
-
-    ``python -m verified_queue bench`` loads bench/ from the checkout without
-    putting the checkout on ``sys.path``, so ``import specs`` could find no
-    module, or another project's.
-    """
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        return loaded
-    path = Path(__file__).resolve().parent.parent / relative_path
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look the module up while it executes
-    spec.loader.exec_module(module)
-    return module
-
-
-if TYPE_CHECKING:
-    from specs import vllm_wheel
-else:
-    vllm_wheel = _checkout_module("_verified_queue_bench_vllm_wheel", "specs/vllm_wheel.py")
 
 #: vLLM's own queue and block class as the release ships them, executed from its wheel.
 VLLM_RELEASE = f"vLLM {vllm_wheel.VLLM_VERSION}"

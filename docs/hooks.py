@@ -4,7 +4,7 @@ Every ``>>>`` example on a page is run with :mod:`doctest` before the page is
 rendered, and every example in the package's docstrings (the API reference
 shows them) once before the build starts. A failing example is a build error,
 so the published pages can only show output the code really produces.
-tests/test_docs.py runs the same examples in the test suite.
+tests/cli/test_docs.py runs the same examples in the test suite.
 """
 
 from __future__ import annotations

@@ -42,27 +42,27 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     "invariants": (
         "verified_queue/invariants.py",
         [
-            "tests/test_invariants.py",
-            "tests/test_heap_oracle.py",
-            "tests/test_checker_diagnostics.py",
+            "tests/checks/test_invariants.py",
+            "tests/checks/test_heap_oracle.py",
+            "tests/checks/test_checker_diagnostics.py",
         ],
         # The randomized workloads and the 20,000-block ring cost a minute per surviving
         # mutant under mutmut's trampolines; the exhaustive oracle comparison stays in.
         [
-            "tests/test_heap_oracle.py::test_checkers_agree_with_the_oracles_on_random_damaged_heaps",
-            "tests/test_heap_oracle.py::test_relabelling_the_blocks_never_changes_a_verdict",
-            "tests/test_invariants.py::test_no_false_positive",
-            "tests/test_invariants.py::test_checkers_end_on_a_long_ring",
+            "tests/checks/test_heap_oracle.py::test_checkers_agree_with_the_oracles_on_random_damaged_heaps",
+            "tests/checks/test_heap_oracle.py::test_relabelling_the_blocks_never_changes_a_verdict",
+            "tests/checks/test_invariants.py::test_no_false_positive",
+            "tests/checks/test_invariants.py::test_checkers_end_on_a_long_ring",
         ],
     ),
     "checked": (
         "verified_queue/checked.py",
         [
-            "tests/test_checked.py",
-            "tests/test_invariants.py",
-            "tests/test_fault_matrix.py",
-            "tests/test_checked_atomicity.py",
-            "tests/test_checked_walks.py",
+            "tests/checks/test_checked.py",
+            "tests/checks/test_invariants.py",
+            "tests/checks/test_fault_matrix.py",
+            "tests/checks/test_checked_atomicity.py",
+            "tests/checks/test_checked_walks.py",
         ],
         [],
     ),

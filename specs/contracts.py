@@ -37,7 +37,7 @@ What is left to symmetry is the choice of the objects themselves: the universe i
 particular ``SpecBlock`` objects, allocated in number order. That the queue's behaviour does
 not depend on which objects they are (their identities, their allocation order, their
 numbers), only on how the arguments relate to the state, is checked by
-``tests/test_contracts.py::test_relabelling_the_blocks_relabels_the_outcome``.
+``tests/verification/test_contracts.py::test_relabelling_the_blocks_relabels_the_outcome``.
 
 Results are described by numbers rather than by the blocks themselves because CrossHair's
 ``__old__`` is a deep copy, in which identity does not survive; here nothing needs ``__old__``,

@@ -20,6 +20,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple, SupportsIndex, TypeVar, cast
 
+from verified_queue._messages import (
+    already_linked,
+    count_argument,
+    first_unlinkable,
+    lost_inner_link,
+    not_a_block,
+    not_linked,
+)
 from verified_queue.block import Block, Sentinel
 from verified_queue.errors import (
     EmptyQueueError,
@@ -28,12 +36,6 @@ from verified_queue.errors import (
 from verified_queue.queue import (
     EMPTY_QUEUE_MESSAGE,
     FreeBlockQueue,
-    _already_linked,
-    _count_argument,
-    _first_unlinkable,
-    _lost_inner_link,
-    _not_a_block,
-    _not_linked,
     _relink_taken,
     _undo_batch,
 )
@@ -113,7 +115,7 @@ class RemoveForgetsCount(FreeBlockQueue[B]):
         before = block.prev_free_block
         after = block.next_free_block
         if before is None or after is None:
-            raise _not_linked("remove", block)
+            raise not_linked("remove", block)
         before.next_free_block = after
         after.prev_free_block = before
         block.prev_free_block = block.next_free_block = None
@@ -139,7 +141,7 @@ class AppendNWrongNeighbour(FreeBlockQueue[B]):
                 for undo in linked:
                     undo.prev_free_block = undo.next_free_block = None
                 attach_to.next_free_block = tail
-                raise _already_linked("append_n", block)
+                raise already_linked("append_n", block)
             block.prev_free_block = attach_to  # should be ``last``
             last.next_free_block = block
             last = block
@@ -156,7 +158,7 @@ class PopleftNOffByOne(FreeBlockQueue[B]):
 
     def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Pop ``n`` blocks, wrongly refusing to empty the queue."""
-        n = n if type(n) is int else _count_argument("popleft_n", n)
+        n = n if type(n) is int else count_argument("popleft_n", n)
         if n >= self.num_free_blocks:
             raise EmptyQueueError(
                 f"popleft_n({n}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
@@ -226,7 +228,7 @@ class AppendNNotAtomic(FreeBlockQueue[B]):
         batch = list(blocks)
         for block in batch:
             if block.next_free_block is not None or block.prev_free_block is not None:
-                raise _already_linked("append_n", block)
+                raise already_linked("append_n", block)
             block.prev_free_block = last
             last.next_free_block = block
             last = block
@@ -249,7 +251,7 @@ class RemoveAcceptsSentinel(FreeBlockQueue[B]):
         before = block.prev_free_block
         after = block.next_free_block
         if before is None and after is None:
-            raise _not_linked("remove", block)
+            raise not_linked("remove", block)
         if before is not None:
             before.next_free_block = after
         if after is not None:
@@ -285,7 +287,7 @@ class PrependNReversed(FreeBlockQueue[B]):
         try:
             for block in batch:
                 if block.next_free_block is not None or block.prev_free_block is not None:
-                    raise _already_linked("prepend_n", block)
+                    raise already_linked("prepend_n", block)
                 first = _linked(head.next_free_block)
                 block.prev_free_block = head
                 block.next_free_block = first
@@ -320,7 +322,7 @@ class PrependNNotAtomic(FreeBlockQueue[B]):
         batch = list(blocks)
         for block in batch:
             if block.next_free_block is not None or block.prev_free_block is not None:
-                raise _already_linked("prepend_n", block)
+                raise already_linked("prepend_n", block)
             block.prev_free_block = last
             last.next_free_block = block
             last = block
@@ -345,7 +347,7 @@ class IterBlocksAfterYieldsCursor(FreeBlockQueue[B]):
         if cursor is self.fake_free_list_tail:
             return iter(())
         if cursor.next_free_block is None or cursor.prev_free_block is None:
-            raise _not_linked("iter_blocks_after", cursor)
+            raise not_linked("iter_blocks_after", cursor)
         return self._walk(cursor)  # should start at cursor.next_free_block
 
 
@@ -422,7 +424,7 @@ class PopleftNReusesBuffer(FreeBlockQueue[B]):
 
     def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Detach and return the first ``n`` blocks, in the buffer every call shares."""
-        count: int = n if type(n) is int else _count_argument("popleft_n", n)
+        count: int = n if type(n) is int else count_argument("popleft_n", n)
         if count > self.num_free_blocks:
             raise EmptyQueueError(
                 f"popleft_n({count}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
@@ -495,7 +497,7 @@ class AppendGuardReadsNextOnly(FreeBlockQueue[B]):
         """Link ``block`` at the back, refusing it only if its forward link is set."""
         tail = self.fake_free_list_tail
         if block.next_free_block is not None:  # should also test prev_free_block
-            raise _already_linked("append", block)
+            raise already_linked("append", block)
         last = _linked(tail.prev_free_block)
         last.next_free_block = block
         block.prev_free_block = last
@@ -519,14 +521,14 @@ class PrependNGuardReadsPrevOnly(FreeBlockQueue[B]):
         head = self.fake_free_list_head
         after = head.next_free_block
         if after is None:
-            raise _lost_inner_link("prepend_n", "head")
+            raise lost_inner_link("prepend_n", "head")
         added = len(batch)
         last: Block = head
         try:
             node: Block
             for node in batch:
                 if node.prev_free_block is not None:  # should also test next_free_block
-                    raise _already_linked("prepend_n", node)
+                    raise already_linked("prepend_n", node)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
@@ -556,7 +558,7 @@ class IterBlocksAfterGuardReadsNextOnly(FreeBlockQueue[B]):
             if cursor is self.fake_free_list_tail:
                 following = cursor
             else:
-                raise _not_linked("iter_blocks_after", cursor)
+                raise not_linked("iter_blocks_after", cursor)
         return self._walk(following)
 
 
@@ -570,7 +572,7 @@ class PopleftNAllowsNegative(FreeBlockQueue[B]):
 
     def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Pop ``n`` blocks, without refusing a negative ``n``."""
-        count: int = n if type(n) is int else _count_argument("popleft_n", n)
+        count: int = n if type(n) is int else count_argument("popleft_n", n)
         if count > self.num_free_blocks:
             raise EmptyQueueError(
                 f"popleft_n({count}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
@@ -589,7 +591,7 @@ class PopleftNAllowsNegative(FreeBlockQueue[B]):
         except BaseException as error:
             _relink_taken(head, popped, following)
             if isinstance(error, (AttributeError, TypeError)):
-                raise _lost_inner_link("popleft_n", "head") from None
+                raise lost_inner_link("popleft_n", "head") from None
             raise
         head.next_free_block = block
         block.prev_free_block = head
@@ -635,7 +637,7 @@ def _unlink_run_without_rejoin(before_run: Block, last: Block, after_run: Block)
 def _error_of_batch(operation: str, batch: list[B], error: BaseException) -> BaseException:
     """The error a refused batch raises, once it is undone (``_undo_batch``'s second half)."""
     if isinstance(error, (AttributeError, TypeError)):
-        return _not_a_block(operation, _first_unlinkable(batch))
+        return not_a_block(operation, first_unlinkable(batch))
     return error
 
 
@@ -654,14 +656,14 @@ class AppendNUndoClearsNextOnly(FreeBlockQueue[B]):
         tail = self.fake_free_list_tail
         before = tail.prev_free_block
         if before is None:
-            raise _lost_inner_link("append_n", "tail")
+            raise lost_inner_link("append_n", "tail")
         added = len(batch)
         last: Block = before
         try:
             node: Block
             for node in batch:
                 if node.next_free_block is not None or node.prev_free_block is not None:
-                    raise _already_linked("append_n", node)
+                    raise already_linked("append_n", node)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
@@ -688,14 +690,14 @@ class PrependNUndoSkipsRejoin(FreeBlockQueue[B]):
         head = self.fake_free_list_head
         after = head.next_free_block
         if after is None:
-            raise _lost_inner_link("prepend_n", "head")
+            raise lost_inner_link("prepend_n", "head")
         added = len(batch)
         last: Block = head
         try:
             node: Block
             for node in batch:
                 if node.next_free_block is not None or node.prev_free_block is not None:
-                    raise _already_linked("prepend_n", node)
+                    raise already_linked("prepend_n", node)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
@@ -722,14 +724,14 @@ class PrependNCountsBeforeLinking(FreeBlockQueue[B]):
         head = self.fake_free_list_head
         after = head.next_free_block
         if after is None:
-            raise _lost_inner_link("prepend_n", "head")
+            raise lost_inner_link("prepend_n", "head")
         self.num_free_blocks += len(batch)  # should come after the loop
         last: Block = head
         try:
             node: Block
             for node in batch:
                 if node.next_free_block is not None or node.prev_free_block is not None:
-                    raise _already_linked("prepend_n", node)
+                    raise already_linked("prepend_n", node)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node

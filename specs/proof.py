@@ -37,7 +37,7 @@ Assumed, not proved (docs/verification.md, "A proof for every size", says the sa
 
 * the arguments have the types the signatures say: blocks are blocks (nodes other than
   ``None``), a count is an exact ``int`` (``type(n) is int``), a batch an exact ``list`` of
-  blocks; the ``WrongTypeError`` paths (``_count_argument``, ``_not_a_block``) are not covered;
+  blocks; the ``WrongTypeError`` paths (``count_argument``, ``not_a_block``) are not covered;
 * no asynchronous exception (``KeyboardInterrupt`` from a signal) interrupts an operation, so
   the undo that only a signal reaches (``popleft_n``'s ``_relink_taken``) is not covered;
 * the heap outside this queue is well formed: a block in no queue is detached, a block in
@@ -517,7 +517,7 @@ def _builds_only(function: FunctionType, seen: frozenset[str] = frozenset()) -> 
     """Whether ``function`` only builds a value: it assigns no attribute or item and calls only
     exception classes, pure builtins and functions of the project that only build too.
 
-    Such a function (``_not_linked``, ``_already_linked``, ...) in ``raise f(...)`` is not
+    Such a function (``not_linked``, ``already_linked``, ...) in ``raise f(...)`` is not
     executed: only its declared return type, the exception class, matters. Any other is
     inlined, so that an undo it performs is part of what is proved.
     """

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 from verified_queue import _switch
 from verified_queue import queue as _queue_module
 from verified_queue.block import Block, Linkable
-from verified_queue.checked import CheckedFreeBlockQueue
 from verified_queue.errors import (
     AlreadyInQueueError,
     EmptyQueueError,
@@ -53,12 +52,30 @@ if TYPE_CHECKING:
     # Type checkers see one declaration, the class, so ``FreeBlockQueue[KVCacheBlock]``
     # is a type in mypy and pyright alike; the checked class is a subclass with the same
     # signatures, so what checks against one holds for the other.
+    from verified_queue.checked import CheckedFreeBlockQueue
     from verified_queue.queue import FreeBlockQueue
+elif CHECK_LEVEL == "off":
+    # Check mode is not loaded: ``CheckedFreeBlockQueue`` is imported on first use, by
+    # the module ``__getattr__`` below (PEP 562), so a process with checks off never
+    # loads a checker.
+    FreeBlockQueue = _queue_module.FreeBlockQueue
 else:
     # Binding the exported name, not patching the class: a mypyc-compiled FreeBlockQueue
     # cannot be patched, and the production class stays check-free. Either way the name
     # is a class; the choice is made once, at import, and costs nothing per operation.
-    FreeBlockQueue = _queue_module.FreeBlockQueue if CHECK_LEVEL == "off" else CheckedFreeBlockQueue
+    from verified_queue.checked import CheckedFreeBlockQueue
+
+    FreeBlockQueue = CheckedFreeBlockQueue
+
+
+def __getattr__(name: str) -> object:
+    """Load check mode on first use of ``verified_queue.CheckedFreeBlockQueue`` (PEP 562)."""
+    if name == "CheckedFreeBlockQueue":
+        from verified_queue.checked import CheckedFreeBlockQueue  # noqa: PLC0415 -- lazy on purpose
+
+        return CheckedFreeBlockQueue
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CHECK_LEVEL",

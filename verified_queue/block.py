@@ -12,8 +12,9 @@ reads the links as C struct fields, so it takes :class:`Block` subclasses only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
+
+from verified_queue._compat import mypyc_attr
 
 __all__ = ["LINK_FIELDS", "Block", "Linkable", "Sentinel"]
 
@@ -24,18 +25,6 @@ LINK_FIELDS = ("prev_free_block", "next_free_block")
 #: class's own slots, and compiled code would bypass a re-declared one) and attribute
 #: hooks, which the compiled queue bypasses too, so the two builds would differ.
 _RESERVED = (*LINK_FIELDS, "__setattr__", "__delattr__", "__getattribute__")
-
-_Class = TypeVar("_Class")
-
-try:
-    # Only the compiled build needs it, and only while compiling: mypyc reads the
-    # decorator at build time, so the compiled module runs without it too.
-    from mypy_extensions import mypyc_attr
-except ImportError:  # the pure-Python build has no runtime dependencies
-
-    def mypyc_attr(*_names: str, **_options: object) -> Callable[[_Class], _Class]:
-        """Stand in for mypyc's class options, which mean nothing to the interpreter."""
-        return lambda cls: cls
 
 
 class Linkable(Protocol):

@@ -57,28 +57,20 @@ subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, SupportsIndex, TypeVar
+from typing import Final, SupportsIndex, TypeVar
 
-from verified_queue import _switch
-from verified_queue.block import Block, Linkable, Sentinel
-from verified_queue.errors import InvariantViolation, NotInQueueError, QueueError
+from verified_queue import _diagnosis, _switch
+from verified_queue._messages import count_argument
+from verified_queue.block import Block, Linkable
+from verified_queue.errors import NotInQueueError, QueueError
 from verified_queue.invariants import (
-    _NO_LINK,
-    COUNT_CONSISTENCY,
     NO_DUPLICATES,
     SENTINEL_LINKAGE,
     check_invariants,
     describe,
-    is_block,
     violation,
 )
-from verified_queue.queue import (
-    FreeBlockQueue,
-    _can_link,
-    _count_argument,
-    _not_a_block,
-    _not_linked,
-)
+from verified_queue.queue import FreeBlockQueue
 
 __all__ = ["DEFAULT_FULL_CHECK_EVERY", "MIN_FULL_CHECK_PERIOD", "CheckedFreeBlockQueue"]
 
@@ -224,7 +216,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         check_invariants(self)
         members = self._members
         if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-            self._expect_count("the full check")
+            _diagnosis.expect_count(self, "the full check")
         tail = self.fake_free_list_tail
         # check_invariants passed, so the chain is n distinct blocks ending at the tail,
         # and n == len(members): the chain is the membership iff each block is a member.
@@ -244,281 +236,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         self._until_full_check = self._next_period()
 
     # ------------------------------------------------------ O(1) neighbourhood
-    # The diagnostic helpers: called only once an inline condition of an operation has
-    # failed (or from the O(n) paths), they find the exact fault and raise. ``where``
-    # arguments are constant strings: a message is built only on failure.
-
-    def _damaged(self, where: str, error: Exception) -> QueueError:
-        """The QueueError for an ``AttributeError`` or ``TypeError`` that damage raised.
-
-        A deleted link slot, a sentinel replaced by ``None``, a count that is
-        no int: reading them fails in plain Python. The full check, which is
-        total, names the damage; if it finds none, the error itself is named.
-        """
-        try:
-            self.full_check()
-        except QueueError as found:
-            return found
-        return violation(
-            SENTINEL_LINKAGE,
-            where,
-            "the links and the count the operation read",
-            "blocks, sentinels and an int",
-            f"{type(error).__name__}: {error}",
-        )
-
-    def _unexplained(self, where: str) -> InvariantViolation:
-        """The violation for an inline test that failed where its diagnostic helper finds nothing.
-
-        The two test the same links, so this is a fault in check mode itself; it is
-        still reported as a violation, so that check mode raises only ``QueueError``.
-        """
-        return violation(
-            SENTINEL_LINKAGE,
-            where,
-            "the links and the count an O(1) check read",
-            "a fault its diagnosis can name",
-            "none: check mode's inline test and its diagnosis disagree",
-        )
-
-    def _expect_joined(self, before: Any, after: Any, where: str) -> None:
-        """(1): a batch's junction with the old chain links both ways.
-
-        ``before`` and ``after`` are blocks or sentinels: the start-of-operation
-        checks passed on the end they come from.
-        """
-        if before.next_free_block is not after or after.prev_free_block is not before:
-            head = self.fake_free_list_head
-            tail = self.fake_free_list_tail
-            raise violation(
-                SENTINEL_LINKAGE,
-                where,
-                f"the links between {describe(before, head)} "  # the head or a block
-                f"and {describe(after, tail=tail)}",  # a block or the tail
-                "each naming the other",
-                f"{describe(before.next_free_block, head, tail)} and "
-                f"{describe(after.prev_free_block, head, tail)}",
-            )
-
-    def _not_taken_from_here(self, block: object, where: str) -> InvariantViolation:
-        """(3): the base class handed out something that was not one of this queue's blocks."""
-        return violation(
-            NO_DUPLICATES,
-            where,
-            "a block the operation returned",
-            "one of this queue's blocks",
-            describe(block, self.fake_free_list_head, self.fake_free_list_tail),
-        )
 
     def _is_member(self, node: object) -> bool:
         """Whether ``node`` is a member; exact, see "Membership" in the module docstring."""
         return id(node) in self._members
-
-    def _expect_count(self, where: str) -> None:
-        """(2): ``num_free_blocks`` equals the membership's size (a deleted count reads None).
-
-        Called only once an inline test has found the count wrong, so it always raises.
-        """
-        count = getattr(self, "num_free_blocks", None)
-        if count.__class__ is not int:
-            raise violation(COUNT_CONSISTENCY, where, "num_free_blocks", "an int", describe(count))
-        if count != len(self._members):
-            raise violation(
-                COUNT_CONSISTENCY,
-                where,
-                "num_free_blocks",
-                f"{len(self._members)} (the blocks this queue holds)",
-                repr(count),
-            )
-        raise self._unexplained(where)
-
-    def _check_front(self, where: str) -> None:
-        """(1), (2): find the fault an inline test of the front found, walking from the head.
-
-        Each node must be a member whose back link names the node before it, up
-        to the tail, which must have no successor and follow exactly the
-        members. Called only once an inline test of the first blocks has failed,
-        so it always raises, at the first fault, which is no further than the
-        blocks that test read. The walk needs no bound: while the back links
-        agree, no member can come round twice (the argument of invariant (1) in
-        ``verified_queue.invariants``).
-        """
-        head = self.fake_free_list_head
-        tail = self.fake_free_list_tail
-        if head.prev_free_block is not None:
-            raise violation(
-                SENTINEL_LINKAGE,
-                where,
-                f"prev_free_block of {describe(head, head)}",
-                _NO_LINK,
-                describe(head.prev_free_block, head, tail),
-            )
-        previous: Block = head
-        position = 1
-        while True:
-            node = previous.next_free_block
-            if node is tail:
-                break
-            self._expect_linked_member(node, previous, position, where)
-            previous = node  # type: ignore[assignment]  # a member, so a Block
-            position += 1
-        if tail.next_free_block is not None:
-            # popleft tells an empty queue by the tail's missing successor.
-            raise violation(
-                SENTINEL_LINKAGE,
-                where,
-                f"next_free_block of {describe(tail, tail=tail)}",
-                _NO_LINK,
-                describe(tail.next_free_block, head, tail),
-            )
-        if position - 1 != len(self._members):
-            # The links agree up to the tail, but the chain is not the membership.
-            raise violation(
-                COUNT_CONSISTENCY,
-                f"{where}, position {position} of the forward walk (head = 0)",
-                "num_free_blocks",
-                f"{position - 1} (the walk reached the tail)",
-                f"{self.num_free_blocks}",
-            )
-        raise self._unexplained(where)
-
-    def _expect_linked_member(
-        self, node: object, previous: Block, position: int, where: str
-    ) -> None:
-        """(1): ``node``, the successor of ``previous``, is a member linking back to it."""
-        if not self._is_member(node):
-            head = self.fake_free_list_head
-            raise violation(
-                SENTINEL_LINKAGE,
-                f"{where}, position {position} of the forward walk (head = 0)",
-                f"next_free_block of {describe(previous, head)}",  # the head or a member
-                "one of this queue's blocks or its tail",
-                describe(node, head),  # the callers stop at this queue's tail first
-            )
-        back = node.prev_free_block  # type: ignore[attr-defined]  # a member, so a Block
-        if back is not previous:
-            head = self.fake_free_list_head
-            tail = self.fake_free_list_tail
-            raise violation(
-                SENTINEL_LINKAGE,
-                f"{where}, position {position} of the forward walk (head = 0)",
-                f"prev_free_block of {describe(node)}",  # a member
-                describe(previous, head),  # the head or a member
-                describe(back, head, tail),
-            )
-
-    def _check_back(self, where: str) -> None:
-        """(1), (2): check the tail and the block before it, in O(1).
-
-        Called only once an inline test has found the back end wrong, so it always raises.
-        """
-        head = self.fake_free_list_head
-        tail = self.fake_free_list_tail
-        after_tail = tail.next_free_block
-        last = tail.prev_free_block
-        found: object
-        if after_tail is not None:
-            what, expected, found = "next_free_block", "None", after_tail
-        elif last is not head and not self._is_member(last):
-            what, expected, found = (
-                "prev_free_block",
-                "one of this queue's blocks or its head",
-                last,
-            )
-        elif last.next_free_block is not tail:  # type: ignore[union-attr]  # head or a member
-            what, expected, found = "prev_free_block", "a block followed by the tail", last
-        elif last is head and self._members:
-            # A member before the tail needs no count test here: it proves members exist.
-            raise violation(
-                COUNT_CONSISTENCY,
-                f"{where}, the tail sentinel",
-                "num_free_blocks",
-                "0 (the tail follows the head)",
-                f"{self.num_free_blocks}",
-            )
-        else:
-            raise self._unexplained(where)
-        raise violation(
-            SENTINEL_LINKAGE,
-            f"{where}, the tail sentinel",
-            f"{what} of {describe(tail, tail=tail)}",
-            expected,
-            describe(found, head, tail),
-        )
-
-    def _check_around(self, block: Block, where: str) -> None:
-        """(1): a member's two neighbours are this queue's and link back to it.
-
-        Called only once an inline test has found one of them wrong, so it always raises.
-        """
-        head = self.fake_free_list_head
-        tail = self.fake_free_list_tail
-        before = block.prev_free_block
-        after = block.next_free_block
-        for side, neighbour, end, back in (
-            ("prev_free_block", before, head, "next_free_block"),
-            ("next_free_block", after, tail, "prev_free_block"),
-        ):
-            if neighbour is not end and not self._is_member(neighbour):
-                raise violation(
-                    SENTINEL_LINKAGE,
-                    where,
-                    f"{side} of {describe(block)}",  # a member
-                    "one of this queue's blocks or its sentinel",
-                    describe(neighbour, head, tail),
-                )
-            back_link = getattr(neighbour, back)  # a member or a sentinel: a Block
-            if back_link is not block:
-                raise violation(
-                    SENTINEL_LINKAGE,
-                    where,
-                    f"{back} of {describe(neighbour, head, tail)}, the {side} of {describe(block)}",
-                    describe(block),
-                    describe(back_link, head, tail),
-                )
-        raise self._unexplained(where)
-
-    def _reject_cleared_member(self, block: B, where: str) -> None:
-        """(1): a member whose links outside code cleared must not be linked a second time."""
-        if (
-            block.prev_free_block is None
-            and block.next_free_block is None
-            and self._is_member(block)
-        ):
-            raise violation(
-                SENTINEL_LINKAGE,
-                where,
-                f"the links of {describe(block)}, one of this queue's blocks",
-                "both set",
-                "both None (cleared by outside code while the block was in the queue)",
-            )
-
-    def _not_a_member(self, block: object, operation: str = "remove") -> QueueError:
-        """The error for a non-member where a member is needed (foreign, detached, spliced in)."""
-        if isinstance(block, Sentinel):
-            return _not_linked(operation, block)
-        if not _can_link(block):
-            return _not_a_block(operation, block)  # the production queue's WrongTypeError
-        operation = f"{operation}({describe(block)})"
-        # _can_link() accepted it, so both links exist.
-        before: object = block.prev_free_block  # type: ignore[attr-defined]
-        after: object = block.next_free_block  # type: ignore[attr-defined]
-        if before is None and after is None:
-            return NotInQueueError(f"{operation}: the block is not linked in a queue")
-        if (
-            is_block(before)
-            and (before is self.fake_free_list_head or self._is_member(before))
-            and before.next_free_block is block  # type: ignore[attr-defined]  # is_block
-        ):
-            # Linked into this queue's chain, but never by this queue.
-            return violation(
-                NO_DUPLICATES,
-                f"the start of {operation}",
-                f"membership of {describe(block)}",
-                "a block this queue linked itself",
-                "a block linked in by outside code",
-            )
-        return NotInQueueError(f"{operation}: it is linked in another queue")
 
     # ------------------------------------------------------------ operations
 
@@ -530,7 +251,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         # None: a count deleted by outside code, refused just below.
         count: int = getattr(self, "num_free_blocks", None)  # type: ignore[assignment]
         if count.__class__ is not int or count != len(self._members):
-            self._expect_count("len()")
+            _diagnosis.expect_count(self, "len()")
         return count
 
     def __bool__(self) -> bool:
@@ -541,7 +262,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         # None: a count deleted by outside code, refused just below.
         count: int = getattr(self, "num_free_blocks", None)  # type: ignore[assignment]
         if count.__class__ is not int or count != len(self._members):
-            self._expect_count("bool()")
+            _diagnosis.expect_count(self, "bool()")
         return count != 0
 
     def __contains__(self, block: object) -> bool:
@@ -582,7 +303,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the start of iter_blocks_after()")
+                _diagnosis.expect_count(self, "the start of iter_blocks_after()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
             if countdown <= 0:
@@ -592,19 +313,19 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             if cursor is self.fake_free_list_tail:
                 return iter(())
             if id(cursor) not in members:
-                raise self._not_a_member(cursor, "iter_blocks_after")
+                raise _diagnosis.not_a_member(self, cursor, "iter_blocks_after")
             # The walk checks the links after the cursor; its link back is checked here.
             before = cursor.prev_free_block
             if (
                 id(before) not in members and before is not self.fake_free_list_head
             ) or before.next_free_block is not cursor:  # type: ignore[union-attr]  # member or head
-                self._check_around(cursor, "the start of iter_blocks_after()")  # type: ignore[arg-type]  # a member, so a Block
+                _diagnosis.check_around(self, cursor, "the start of iter_blocks_after()")  # type: ignore[arg-type]  # a member, so a Block
             return self._iterate(cursor, "iteration after a cursor")  # type: ignore[arg-type]  # a member, so a Block
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("iter_blocks_after()", error) from error
+            raise _diagnosis.damaged(self, "iter_blocks_after()", error) from error
 
     def _iterate(self, start: Block, where: str) -> Iterator[B]:
         """Yield the members after ``start`` (the head or a member), checking each link.
@@ -629,7 +350,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 if until_full_check < 0:
                     self.full_check()
                     until_full_check = len(self._members) + 1
-                self._expect_linked_member(following, block, position, where)
+                _diagnosis.expect_linked_member(self, following, block, position, where)
                 block = following  # type: ignore[assignment]  # a member, so a Block
                 yield block  # type: ignore[misc]  # a member, so a B
                 if not self._is_member(block):
@@ -640,7 +361,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged(where, error) from error
+            raise _diagnosis.damaged(self, where, error) from error
 
     def get_all_free_blocks(self) -> list[B]:
         """Run the full check, then return a new list of the free blocks, front first.
@@ -662,7 +383,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the start of popleft()")
+                _diagnosis.expect_count(self, "the start of popleft()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
             if countdown <= 0:
@@ -692,20 +413,20 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     and tail.next_free_block is None
                 )
             if not sound:
-                self._check_front("the start of popleft()")
+                _diagnosis.check_front(self, "the start of popleft()")
             block = self._super_popleft()
             if members.pop(id(block), None) is None:
-                raise self._not_taken_from_here(block, "the end of popleft()")
+                raise _diagnosis.not_taken_from_here(self, block, "the end of popleft()")
             if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
-                self._check_front("the end of popleft()")
+                _diagnosis.check_front(self, "the end of popleft()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the end of popleft()")
+                _diagnosis.expect_count(self, "the end of popleft()")
             return block
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("popleft()", error) from error
+            raise _diagnosis.damaged(self, "popleft()", error) from error
 
     def _front_is_sound(self, steps: int) -> bool:
         """(1), (2): the first ``steps`` blocks and the node after them are sound, in O(steps).
@@ -734,31 +455,31 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(n), plus the amortized O(1) full check
         """
         try:
-            count = _count_argument("popleft_n", n)
+            count = count_argument("popleft_n", n)
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the start of popleft_n()")
+                _diagnosis.expect_count(self, "the start of popleft_n()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
             # Out of range, the production queue refuses the count itself.
             if 0 <= count <= len(members) and not self._front_is_sound(count):
-                self._check_front("the start of popleft_n()")
+                _diagnosis.check_front(self, "the start of popleft_n()")
             popped = self._super_popleft_n(count)
             for block in popped:
                 if members.pop(id(block), None) is None:
-                    raise self._not_taken_from_here(block, "the end of popleft_n()")
+                    raise _diagnosis.not_taken_from_here(self, block, "the end of popleft_n()")
             if not self._front_is_sound(0):
-                self._check_front("the end of popleft_n()")
+                _diagnosis.check_front(self, "the end of popleft_n()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the end of popleft_n()")
+                _diagnosis.expect_count(self, "the end of popleft_n()")
             return popped
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("popleft_n()", error) from error
+            raise _diagnosis.damaged(self, "popleft_n()", error) from error
 
     def remove(self, block: B) -> None:
         """Detach ``block``; one linked in another queue is rejected in O(1), both unchanged.
@@ -773,14 +494,14 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the start of remove()")
+                _diagnosis.expect_count(self, "the start of remove()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
             block_id = id(block)
             if block_id not in members:
-                raise self._not_a_member(block)
+                raise _diagnosis.not_a_member(self, block)
             before = block.prev_free_block
             after = block.next_free_block
             if not (
@@ -789,7 +510,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 and before.next_free_block is block  # type: ignore[union-attr]  # member or sentinel
                 and after.prev_free_block is block  # type: ignore[union-attr]  # member or sentinel
             ):
-                self._check_around(block, "the start of remove()")  # type: ignore[arg-type]  # a member, so a Block
+                _diagnosis.check_around(self, block, "the start of remove()")  # type: ignore[arg-type]  # a member, so a Block
             self._super_remove(block)
             del members[block_id]
             if before.next_free_block is not after or after.prev_free_block is not before:  # type: ignore[union-attr]  # checked
@@ -801,12 +522,12 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",  # type: ignore[union-attr]  # checked
                 )
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the end of remove()")
+                _diagnosis.expect_count(self, "the end of remove()")
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("remove()", error) from error
+            raise _diagnosis.damaged(self, "remove()", error) from error
 
     def _back_is_sound(self) -> bool:
         """(1), (2): the tail ends the chain after a member, or after the head when empty."""
@@ -826,7 +547,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the start of append()")
+                _diagnosis.expect_count(self, "the start of append()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
             if countdown <= 0:
@@ -834,17 +555,17 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             block_id = id(block)
             if block_id in members:
                 # Still linked, the production guard refuses it; cleared, this refuses it.
-                self._reject_cleared_member(block, "the start of append()")
+                _diagnosis.reject_cleared_member(self, block, "the start of append()")
             # The inline form of _back_is_sound().
             tail = self.fake_free_list_tail
             last = tail.prev_free_block
             if id(last) in members:
                 if last.next_free_block is not tail or tail.next_free_block is not None:  # type: ignore[union-attr]  # a member
-                    self._check_back("the start of append()")
+                    _diagnosis.check_back(self, "the start of append()")
             elif (
                 last is not self.fake_free_list_head or members or tail.next_free_block is not None
             ):
-                self._check_back("the start of append()")
+                _diagnosis.check_back(self, "the start of append()")
             self._super_append(block)
             members[block_id] = block
             if tail.prev_free_block is not block:
@@ -856,12 +577,12 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     describe(tail.prev_free_block, self.fake_free_list_head, tail),
                 )
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the end of append()")
+                _diagnosis.expect_count(self, "the end of append()")
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("append()", error) from error
+            raise _diagnosis.damaged(self, "append()", error) from error
 
     def append_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the back, all or none, checking the tail before and after.
@@ -872,30 +593,30 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             batch = list(blocks)  # one list for the checks, the link and the membership
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the start of append_n()")
+                _diagnosis.expect_count(self, "the start of append_n()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
             if not members.keys().isdisjoint(map(id, batch)):
                 for block in batch:
-                    self._reject_cleared_member(block, "the start of append_n()")
+                    _diagnosis.reject_cleared_member(self, block, "the start of append_n()")
             if not self._back_is_sound():
-                self._check_back("the start of append_n()")
+                _diagnosis.check_back(self, "the start of append_n()")
             before = self.fake_free_list_tail.prev_free_block
             self._super_append_n(batch)
             members.update({id(block): block for block in batch})
             if not self._back_is_sound():
-                self._check_back("the end of append_n()")
+                _diagnosis.check_back(self, "the end of append_n()")
             if batch:
-                self._expect_joined(before, batch[0], "the end of append_n()")
+                _diagnosis.expect_joined(self, before, batch[0], "the end of append_n()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the end of append_n()")
+                _diagnosis.expect_count(self, "the end of append_n()")
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("append_n()", error) from error
+            raise _diagnosis.damaged(self, "append_n()", error) from error
 
     def prepend_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the front, all or none, checking the front before and after.
@@ -906,30 +627,30 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             batch = list(blocks)  # one list for the checks, the link and the membership
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the start of prepend_n()")
+                _diagnosis.expect_count(self, "the start of prepend_n()")
             countdown = self._until_full_check - 1
             self._until_full_check = countdown
             if countdown <= 0:
                 self._period_over()
             if not members.keys().isdisjoint(map(id, batch)):
                 for block in batch:
-                    self._reject_cleared_member(block, "the start of prepend_n()")
+                    _diagnosis.reject_cleared_member(self, block, "the start of prepend_n()")
             if not self._front_is_sound(0):
-                self._check_front("the start of prepend_n()")
+                _diagnosis.check_front(self, "the start of prepend_n()")
             after = self.fake_free_list_head.next_free_block
             self._super_prepend_n(batch)
             members.update({id(block): block for block in batch})
             if not self._front_is_sound(0):
-                self._check_front("the end of prepend_n()")
+                _diagnosis.check_front(self, "the end of prepend_n()")
             if batch:
-                self._expect_joined(batch[-1], after, "the end of prepend_n()")
+                _diagnosis.expect_joined(self, batch[-1], after, "the end of prepend_n()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                self._expect_count("the end of prepend_n()")
+                _diagnosis.expect_count(self, "the end of prepend_n()")
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
-            raise self._damaged("prepend_n()", error) from error
+            raise _diagnosis.damaged(self, "prepend_n()", error) from error
 
 
 def _rebuild(

@@ -58,6 +58,7 @@ from verified_queue.errors import InvariantViolation
 __all__ = [
     "COUNT_CONSISTENCY",
     "NO_DUPLICATES",
+    "NO_LINK",
     "SENTINEL_LINKAGE",
     "check_count_consistency",
     "check_detached_outside",
@@ -88,7 +89,7 @@ class _Unset:
 _UNSET: Final = _Unset()
 
 #: The expected value of a sentinel's outer link, as a diagnostic prints it.
-_NO_LINK: Final = "None"
+NO_LINK: Final = "None"
 
 
 def violation(family: str, where: str, what: str, expected: str, found: str) -> InvariantViolation:
@@ -179,7 +180,7 @@ def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
             SENTINEL_LINKAGE,
             "the head sentinel",
             f"prev_free_block of {describe(head, head)}",
-            _NO_LINK,
+            NO_LINK,
             describe(before_head, head, tail),
         )
     after_tail: object = getattr(tail, "next_free_block", _UNSET)  # _UNSET: a deleted slot
@@ -188,7 +189,7 @@ def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
             SENTINEL_LINKAGE,
             "the tail sentinel",
             f"next_free_block of {describe(tail, tail=tail)}",
-            _NO_LINK,
+            NO_LINK,
             describe(after_tail, head, tail),
         )
 

@@ -50,18 +50,23 @@ lists they return (and a batch's copy when it is not a list).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, Generic, SupportsIndex, TypeVar, cast
 
-from verified_queue.block import LINK_FIELDS, Block, Linkable, Sentinel
+from verified_queue._compat import mypyc_attr
+from verified_queue._messages import (
+    already_linked,
+    changed_during_iteration,
+    count_argument,
+    first_unlinkable,
+    lost_inner_link,
+    not_a_block,
+    not_linked,
+)
+from verified_queue.block import Block, Linkable, Sentinel
 from verified_queue.errors import (
-    AlreadyInQueueError,
     EmptyQueueError,
-    InvariantViolation,
     NegativeCountError,
-    NotInQueueError,
-    WrongTypeError,
 )
 
 __all__ = ["EMPTY_QUEUE_MESSAGE", "FreeBlockQueue"]
@@ -76,17 +81,6 @@ EMPTY_QUEUE_MESSAGE: Final = "No free blocks available"
 
 #: Whether this module runs compiled (its file is then an extension, not a .py).
 _COMPILED: Final = not __file__.endswith(".py")
-
-_Class = TypeVar("_Class")
-
-try:
-    # Only the compiled build needs it, and only while compiling (see block.py).
-    from mypy_extensions import mypyc_attr
-except ImportError:  # the pure-Python build has no runtime dependencies
-
-    def mypyc_attr(*_names: str, **_options: object) -> Callable[[_Class], _Class]:
-        """Stand in for mypyc's class options, which mean nothing to the interpreter."""
-        return lambda cls: cls
 
 
 # Compiled, interpreted subclasses (the checked queue, users' own) must still work.
@@ -195,21 +189,21 @@ class FreeBlockQueue(Generic[B]):
             following = node.next_free_block
             linked = following is not None and node.prev_free_block is not None
         except (AttributeError, TypeError):
-            raise _not_a_block("iter_blocks_after", cursor) from None
+            raise not_a_block("iter_blocks_after", cursor) from None
         if not linked:
             if node is self.fake_free_list_head:
                 following = node.next_free_block
             elif node is self.fake_free_list_tail:
                 following = node  # nothing after the tail
             else:
-                raise _not_linked("iter_blocks_after", cursor)
+                raise not_linked("iter_blocks_after", cursor)
         return self._walk(following)
 
     def _walk(self, start: Block | None) -> Iterator[B]:
         """Yield from ``start`` up to this queue's tail, following the links live."""
         tail = self.fake_free_list_tail
         if start is None:
-            raise _changed_during_iteration()
+            raise changed_during_iteration()
         block: Block = start
         while block is not tail:
             # Links are read into a local and tested there, never tested in place:
@@ -218,12 +212,12 @@ class FreeBlockQueue(Generic[B]):
             following: Block | None = block.next_free_block
             if following is None:
                 # Another queue's tail, or a block detached before the walk reached it.
-                raise _changed_during_iteration()
+                raise changed_during_iteration()
             yield block  # type: ignore[misc]  # I1, I3: every block between the sentinels is a B
             following = block.next_free_block
             if following is None:
                 # The block yielded last left the queue while the caller held it.
-                raise _changed_during_iteration()
+                raise changed_during_iteration()
             block = following
 
     def __contains__(self, block: object) -> bool:
@@ -303,7 +297,7 @@ class FreeBlockQueue(Generic[B]):
             block: Block = head.next_free_block  # type: ignore[assignment]  # I1: the head has a successor
             following = block.next_free_block
         except (AttributeError, TypeError):
-            raise _lost_inner_link("popleft", "head") from None
+            raise lost_inner_link("popleft", "head") from None
         if following is None:
             # I1: only the tail has no successor, so the queue is empty.
             raise EmptyQueueError(EMPTY_QUEUE_MESSAGE)
@@ -333,7 +327,7 @@ class FreeBlockQueue(Generic[B]):
         >>> queue.popleft_n(2) == blocks[:2], len(queue)
         (True, 1)
         """
-        count: int = n if type(n) is int else _count_argument("popleft_n", n)
+        count: int = n if type(n) is int else count_argument("popleft_n", n)
         if count > self.num_free_blocks:
             raise EmptyQueueError(
                 f"popleft_n({count}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
@@ -359,7 +353,7 @@ class FreeBlockQueue(Generic[B]):
             # by outside code): put every block taken so far back where it was.
             _relink_taken(head, popped, following)
             if isinstance(error, (AttributeError, TypeError)):
-                raise _lost_inner_link("popleft_n", "head") from None
+                raise lost_inner_link("popleft_n", "head") from None
             raise
         # Splice the run out: the first kept block (or the tail) follows the head.
         head.next_free_block = block
@@ -388,10 +382,10 @@ class FreeBlockQueue(Generic[B]):
             before = node.prev_free_block
             after = node.next_free_block
         except (AttributeError, TypeError):
-            raise _not_a_block("remove", block) from None
+            raise not_a_block("remove", block) from None
         if before is None or after is None:
             # I4: a detached block has neither link, a sentinel only one.
-            raise _not_linked("remove", block)
+            raise not_linked("remove", block)
         # Bridge the neighbours over the block.
         before.next_free_block = after
         after.prev_free_block = before
@@ -418,15 +412,15 @@ class FreeBlockQueue(Generic[B]):
             node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
             if node.next_free_block is not None or node.prev_free_block is not None:
                 # I4: only a detached block may join.
-                raise _already_linked("append", block)
+                raise already_linked("append", block)
             last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
             # Link the block between the old last block and the tail.
             last.next_free_block = node
         except (AttributeError, TypeError):
             # Nothing was written: the first write is the one that failed, if any did.
             if tail.prev_free_block is None:
-                raise _lost_inner_link("append", "tail") from None
-            raise _not_a_block("append", block) from None
+                raise lost_inner_link("append", "tail") from None
+            raise not_a_block("append", block) from None
         node.prev_free_block = last
         node.next_free_block = tail
         tail.prev_free_block = node
@@ -457,7 +451,7 @@ class FreeBlockQueue(Generic[B]):
         tail = self.fake_free_list_tail
         before = tail.prev_free_block
         if before is None:
-            raise _lost_inner_link("append_n", "tail")
+            raise lost_inner_link("append_n", "tail")
         # The loop is written out here and in prepend_n, not shared: a call per batch
         # costs more than the loop itself on the short batches a block pool frees.
         # Counted first: no call may come between closing the chain and the count, since
@@ -469,7 +463,7 @@ class FreeBlockQueue(Generic[B]):
             for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                 if node.next_free_block is not None or node.prev_free_block is not None:
                     # I4: only a detached block may join.
-                    raise _already_linked("append_n", node)
+                    raise already_linked("append_n", node)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
@@ -501,7 +495,7 @@ class FreeBlockQueue(Generic[B]):
         head = self.fake_free_list_head
         after = head.next_free_block
         if after is None:
-            raise _lost_inner_link("prepend_n", "head")
+            raise lost_inner_link("prepend_n", "head")
         added = len(batch)  # before the links close, as in append_n
         last: Block = head
         try:
@@ -509,7 +503,7 @@ class FreeBlockQueue(Generic[B]):
             for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                 if node.next_free_block is not None or node.prev_free_block is not None:
                     # I4: only a detached block may join.
-                    raise _already_linked("prepend_n", node)
+                    raise already_linked("prepend_n", node)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
@@ -538,97 +532,6 @@ class FreeBlockQueue(Generic[B]):
         return found
 
 
-def _describe(block: object) -> str:
-    """``repr(block)``, or its type and identity when that repr itself fails.
-
-    Error messages are built from it, and building one must never raise: a
-    user's ``__repr__`` may read a neighbour that is not what it expects.
-    """
-    try:
-        return repr(block)
-    except Exception:  # any failure of a user's __repr__ falls back
-        return f"<{type(block).__qualname__} object at {id(block):#x}>"
-
-
-def _already_linked(operation: str, block: object) -> AlreadyInQueueError:
-    """Build the error for a block that may not join a queue (kept off the hot path)."""
-    if isinstance(block, Sentinel):
-        reason = "it is a queue sentinel"
-    else:
-        reason = "it is already linked in a queue (a double free?)"
-    return AlreadyInQueueError(f"{operation}({_describe(block)}): {reason}")
-
-
-def _not_linked(operation: str, block: object) -> NotInQueueError:
-    """Build the error for a block that is not linked where ``operation`` needs it."""
-    if not isinstance(block, Sentinel):
-        reason = "it is not linked in a queue"
-    elif operation == "remove":
-        reason = "it is a queue sentinel, which never leaves its queue"
-    else:
-        # iter_blocks_after takes this queue's own sentinels, so this one is foreign.
-        reason = "it is another queue's sentinel"
-    return NotInQueueError(f"{operation}({_describe(block)}): {reason}")
-
-
-def _can_link(value: object) -> bool:
-    """Whether this build can link ``value``: a Block, or (pure Python) anything with both links."""
-    if isinstance(value, Block):
-        return True
-    return not _COMPILED and all(hasattr(value, name) for name in LINK_FIELDS)
-
-
-def _first_unlinkable(batch: list[B]) -> object:
-    """The first item of ``batch`` this build cannot link (the cause of a failed batch)."""
-    return next((item for item in batch if not _can_link(item)), None)
-
-
-def _not_a_block(operation: str, value: object) -> WrongTypeError:
-    """Build the error for an argument that is not a block this build can link."""
-    described = _describe(value)
-    kind = type(value).__qualname__
-    if all(hasattr(value, name) for name in LINK_FIELDS):
-        # It has the links, so only the compiled build refuses it.
-        return WrongTypeError(
-            f"{operation}({described}): the compiled verified_queue links only subclasses of "
-            f"verified_queue.Block, and {kind} is not one; subclass verified_queue.Block and "
-            "drop the class's own prev_free_block and next_free_block fields (Block has them)"
-        )
-    return WrongTypeError(
-        f"{operation}({described}): expected a block (a verified_queue.Block, or an object "
-        f"with prev_free_block and next_free_block), got {kind}"
-    )
-
-
-def _count_argument(operation: str, n: object) -> int:
-    """``n`` as an int, for a count that is not exactly one (kept off the hot path)."""
-    if isinstance(n, bool):
-        raise WrongTypeError(f"{operation}({n!r}): the count must be an integer, not a bool")
-    try:
-        return operator.index(n)  # type: ignore[arg-type]  # anything else is refused just below
-    except TypeError:
-        raise WrongTypeError(
-            f"{operation}({_describe(n)}): the count must be an integer, not {type(n).__qualname__}"
-        ) from None
-
-
-def _changed_during_iteration() -> NotInQueueError:
-    """Build the error for an iteration whose block left the queue under it."""
-    return NotInQueueError(
-        "the free queue changed during iteration: the block the iteration stood on left the queue"
-    )
-
-
-def _lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
-    """Build the error for a sentinel whose link into the chain outside code destroyed."""
-    link = "next_free_block" if sentinel == "head" else "prev_free_block"
-    return InvariantViolation(
-        f"{operation}(): the {sentinel} sentinel's {link} is not a block (I1 broken by outside "
-        "code); nothing was changed",
-        invariant="sentinel_linkage",
-    )
-
-
 def _undo_batch(
     operation: str,
     batch: list[B],
@@ -645,7 +548,7 @@ def _undo_batch(
     """
     _unlink_run(before, last, after)
     if isinstance(error, (AttributeError, TypeError)):
-        return _not_a_block(operation, _first_unlinkable(batch))
+        return not_a_block(operation, first_unlinkable(batch))
     return error
 
 

@@ -1,0 +1,203 @@
+"""The process-wide switch VERIFIED_QUEUE_CHECKS, tried in fresh interpreters; off means off."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verified_queue._switch import ENVIRONMENT_VARIABLE, read_check_level
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Runs in a fresh interpreter: reports the class the switch selected and, with checks
+# on, what each misuse class raises at the operation that causes or meets it.
+PROBE = """
+import json, verified_queue
+from verified_queue import Block, FreeBlockQueue, QueueError
+from verified_queue.queue import FreeBlockQueue as Production
+from verified_queue.checked import DEFAULT_FULL_CHECK_EVERY
+
+report = {
+    "level": verified_queue.CHECK_LEVEL,
+    "class": type(FreeBlockQueue([Block()])).__name__,
+    "exported_is_production": FreeBlockQueue is Production,
+    "default_full_check_every": DEFAULT_FULL_CHECK_EVERY,
+}
+
+def attempt(action):
+    try:
+        action()
+    except QueueError as error:
+        return [type(error).__name__, getattr(error, "invariant", None)]
+    return None
+
+if verified_queue.CHECK_LEVEL != "off":
+    blocks = [Block() for _ in range(6)]
+    queue, other = FreeBlockQueue(blocks[:4]), FreeBlockQueue(blocks[4:])
+    report["foreign remove"] = attempt(lambda: queue.remove(blocks[5]))
+    report["lengths after foreign remove"] = [len(queue), len(other)]
+    report["double free"] = attempt(lambda: queue.append(blocks[1]))
+    blocks[0].prev_free_block = None
+    report["link corruption, next popleft"] = attempt(queue.popleft)
+    blocks[0].prev_free_block = queue.fake_free_list_head
+    blocks[2].next_free_block = blocks[1]
+    report["far corruption, next append"] = attempt(lambda: queue.append(Block()))
+    blocks[2].next_free_block = blocks[3]
+    queue.num_free_blocks += 1
+    report["count drift, next len"] = attempt(lambda: len(queue))
+print(json.dumps(report))
+"""
+
+
+def run_fresh(code: str, value: str | None) -> Any:
+    """Run ``code`` in a fresh interpreter with the switch set to ``value`` (unset if ``None``).
+
+    Returns what ``code`` printed, read as JSON.
+    """
+    environment = {k: v for k, v in os.environ.items() if k != ENVIRONMENT_VARIABLE}
+    if value is not None:
+        environment[ENVIRONMENT_VARIABLE] = value
+    # From a neutral directory, so the installed package is imported, not the checkout.
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        env=environment,
+        cwd=Path(__file__).anchor,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def probe(value: str | None) -> dict[str, object]:
+    """Run the probe with the switch set to ``value`` (unset if ``None``); return its report."""
+    report: dict[str, object] = run_fresh(PROBE, value)
+    return report
+
+
+@pytest.mark.parametrize("value", [None, "", "0", " 0 ", "off", "OFF"])
+def test_switch_off_leaves_the_production_class_in_place(value: str | None) -> None:
+    """Unset, empty, 0 or off: verified_queue.FreeBlockQueue is exactly the production class."""
+    report = probe(value)
+    assert report["level"] == "off"
+    assert report["class"] == "FreeBlockQueue"
+    assert report["exported_is_production"] is True
+
+
+def test_switch_on_catches_each_misuse_class_in_a_fresh_process() -> None:
+    """With VERIFIED_QUEUE_CHECKS=1, FreeBlockQueue(...) is checked and each misuse is caught."""
+    report = probe("1")
+    assert report == {
+        "level": "on",
+        "class": "CheckedFreeBlockQueue",
+        "exported_is_production": False,
+        "default_full_check_every": None,
+        "foreign remove": ["NotInQueueError", None],
+        "lengths after foreign remove": [4, 2],
+        "double free": ["AlreadyInQueueError", None],
+        "link corruption, next popleft": ["InvariantViolation", "sentinel_linkage"],
+        # Out of the O(1) checks' reach at the back: left to the periodic full check.
+        "far corruption, next append": None,
+        "count drift, next len": ["InvariantViolation", "count_consistency"],
+    }
+
+
+@pytest.mark.parametrize("value", ["on", " On\n"])
+def test_switch_accepts_the_word_on_as_it_accepts_1(value: str) -> None:
+    """VERIFIED_QUEUE_CHECKS=on (the word CHECK_LEVEL reports) does exactly what 1 does."""
+    assert probe(value) == probe("1")
+
+
+@pytest.mark.parametrize("level", ["off", "on", "full"])
+def test_check_level_fed_back_to_the_switch_selects_the_same_level(level: str) -> None:
+    """Each word CHECK_LEVEL can report is an accepted value that selects that same level."""
+    assert read_check_level({ENVIRONMENT_VARIABLE: level}) == level
+    assert probe(level)["level"] == level
+
+
+def test_switch_full_checks_everything_before_every_operation() -> None:
+    """With VERIFIED_QUEUE_CHECKS=full, even damage far from the operation is caught at once."""
+    report = probe("full")
+    assert report["level"] == "full"
+    assert report["class"] == "CheckedFreeBlockQueue"
+    assert report["default_full_check_every"] == 1
+    assert report["far corruption, next append"] == ["InvariantViolation", "no_duplicates"]
+
+
+def test_a_mistyped_switch_stops_the_import_with_a_clear_error() -> None:
+    """An unknown value fails the import, naming the variable and the accepted values."""
+    environment = dict(os.environ, **{ENVIRONMENT_VARIABLE: "yes"})
+    completed = subprocess.run(
+        [sys.executable, "-c", "import verified_queue"],
+        env=environment,
+        cwd=Path(__file__).anchor,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode != 0
+    expected = "VERIFIED_QUEUE_CHECKS='yes': expected one of '', '0', 'off', '1', 'on', 'full'"
+    assert expected in completed.stderr
+
+
+def test_read_check_level_maps_each_accepted_value() -> None:
+    """The parser maps unset, '', '0', 'off', '1', 'on' and 'full' (any case, trimmed) to levels."""
+    cases = {None: "off", "": "off", "0": "off", "1": "on", " 1\n": "on", "full": "full"}
+    cases |= {"FULL": "full", "off": "off", "Off": "off", "on": "on", " ON ": "on"}
+    for value, level in cases.items():
+        environ = {} if value is None else {ENVIRONMENT_VARIABLE: value}
+        assert read_check_level(environ) == level, value
+    for bad in ("2", "true", "yes", "-1", "o n", "onn"):
+        with pytest.raises(ValueError, match=ENVIRONMENT_VARIABLE):
+            read_check_level({ENVIRONMENT_VARIABLE: bad})
+
+
+def test_the_production_module_imports_no_checker_and_calls_none() -> None:
+    """verified_queue/queue.py neither imports the checkers nor names any check in its code."""
+    tree = ast.parse((ROOT / "verified_queue" / "queue.py").read_text(encoding="utf-8"))
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not any(name and ("invariants" in name or "checked" in name) for name in imported)
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not any(name.startswith("check") or "Checked" in name for name in names)
+
+
+LOADED_CHECKERS = """
+import json, sys
+import verified_queue
+checkers = ("verified_queue.checked", "verified_queue.invariants", "verified_queue._diagnosis")
+before = sorted(name for name in checkers if name in sys.modules)
+verified_queue.CheckedFreeBlockQueue  # the first use loads check mode
+after = sorted(name for name in checkers if name in sys.modules)
+print(json.dumps([before, after]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "loaded_at_import"), [(None, False), ("off", False), ("1", True)]
+)
+def test_check_mode_is_loaded_only_when_used(value: str | None, loaded_at_import: bool) -> None:
+    """With checks off, importing the package loads no checker; the first use loads them all."""
+    before, after = run_fresh(LOADED_CHECKERS, value)
+    every_checker = [
+        "verified_queue._diagnosis",
+        "verified_queue.checked",
+        "verified_queue.invariants",
+    ]
+    assert before == (every_checker if loaded_at_import else [])
+    assert after == every_checker

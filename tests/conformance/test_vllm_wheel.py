@@ -1,0 +1,142 @@
+"""The vLLM wheel loader and download script, on small stand-in wheels (no vLLM needed)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specs.vllm import fetch as fetch_vllm_wheel
+from specs.vllm.wheel import (
+    BLOCK_POOL,
+    KV_CACHE_UTILS,
+    WHEEL_ENV,
+    WheelNotFoundError,
+    as_block_subclass,
+    configured_wheel,
+    find_wheel,
+    load_vllm,
+)
+from verified_queue import Block, FreeBlockQueue
+
+#: A stand-in for vLLM's kv_cache_utils.py: its imports, its block's shape, a name that is stubbed.
+KV_SOURCE = """
+from dataclasses import dataclass
+from vllm import envs
+from vllm.logger import init_logger
+from vllm.v1.request import Request
+
+logger = init_logger(__name__)
+
+
+@dataclass(slots=True)
+class KVCacheBlock:
+    block_id: int
+    ref_cnt: int = 0
+    # The links, as vLLM declares them.
+    prev_free_block: "KVCacheBlock | None" = None
+    next_free_block: "KVCacheBlock | None" = None
+    is_null: bool = False
+
+
+class FreeKVCacheBlockQueue:
+    def __init__(self, blocks: list[KVCacheBlock]) -> None:
+        self.blocks = blocks
+
+
+def new_request() -> Request:
+    return Request()
+"""
+
+POOL_SOURCE = """
+from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+
+
+class BlockPool:
+    def __init__(self, count: int) -> None:
+        self.blocks = [KVCacheBlock(i) for i in range(count)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+"""
+
+
+def stand_in_wheel(directory: Path, kv_source: str = KV_SOURCE) -> Path:
+    """Write a zip shaped like the vllm wheel, holding the two stand-in files."""
+    wheel = directory / "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(KV_CACHE_UTILS, kv_source)
+        archive.writestr(BLOCK_POOL, POOL_SOURCE)
+    return wheel
+
+
+def test_no_variable_means_no_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without VERIFIED_QUEUE_VLLM_WHEEL no wheel is configured (the conformance tests skip)."""
+    monkeypatch.delenv(WHEEL_ENV, raising=False)
+    assert configured_wheel() is None
+
+
+def test_a_variable_naming_no_wheel_raises(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A set variable whose directory holds no wheel raises, naming the place and the fix."""
+    monkeypatch.setenv(WHEEL_ENV, str(tmp_path))
+    with pytest.raises(WheelNotFoundError, match=r"specs/vllm/fetch\.py") as caught:
+        configured_wheel()
+    assert str(tmp_path) in str(caught.value)
+
+
+def test_a_directory_or_the_file_itself_finds_the_wheel(tmp_path: Path) -> None:
+    """find_wheel takes the wheel file or the directory that holds it."""
+    wheel = stand_in_wheel(tmp_path)
+    assert find_wheel(tmp_path) == wheel
+    assert find_wheel(wheel) == wheel
+
+
+def test_the_loaded_modules_leave_sys_modules_as_they_were(tmp_path: Path) -> None:
+    """Loading stubs vLLM's imports only while its files execute, and keeps no vllm module."""
+    before = {name for name in sys.modules if name.startswith("vllm")}
+    code = load_vllm(stand_in_wheel(tmp_path))
+    assert {name for name in sys.modules if name.startswith("vllm")} == before
+    assert code.KVCacheBlock(3).block_id == 3
+    assert code.BlockPool(2).free_block_queue.blocks[1].block_id == 1
+
+
+def test_a_stubbed_name_used_at_run_time_raises_naming_itself(tmp_path: Path) -> None:
+    """A stub stands in for a name only until something uses it."""
+    code = load_vllm(stand_in_wheel(tmp_path))
+    with pytest.raises(RuntimeError, match=r"vllm\.v1\.request\.Request is stubbed out"):
+        code.kv_cache_utils.new_request()
+
+
+def test_the_block_subclass_form_drops_the_links_and_runs_in_our_queue(tmp_path: Path) -> None:
+    """With block_base, KVCacheBlock is a Block minus its own links; the pool builds our queue."""
+    code = load_vllm(stand_in_wheel(tmp_path), block_base=Block, free_queue=FreeBlockQueue)
+    block_class: type[Any] = code.KVCacheBlock
+    assert [field.name for field in dataclasses.fields(block_class)] == [
+        "block_id",
+        "ref_cnt",
+        "is_null",
+    ]
+    assert issubclass(block_class, Block)
+    pool = code.BlockPool(3)
+    assert isinstance(pool.free_block_queue, FreeBlockQueue)
+    assert [block.block_id for block in pool.free_block_queue] == [0, 1, 2]
+
+
+def test_the_transform_refuses_a_block_of_another_shape() -> None:
+    """A KVCacheBlock without both link fields, or none at all, raises LookupError."""
+    one_link = KV_SOURCE.replace('    next_free_block: "KVCacheBlock | None" = None\n', "")
+    with pytest.raises(LookupError, match="exactly"):
+        as_block_subclass(ast.parse(one_link))
+    with pytest.raises(LookupError, match="no class KVCacheBlock"):
+        as_block_subclass(ast.parse("x = 1\n"))
+
+
+def test_fetch_keeps_a_cached_wheel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The download script reports a wheel already in the directory and downloads nothing."""
+    wheel = stand_in_wheel(tmp_path)
+    assert fetch_vllm_wheel.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"cached: {wheel}\n"
+    assert fetch_vllm_wheel.main([]) == 2

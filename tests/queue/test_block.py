@@ -1,0 +1,175 @@
+"""Tests of Block: detached from birth in every subclass shape, a repr that never walks links."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+
+import verified_queue
+from tests.helpers import KVCacheBlock, NumberedBlock
+from verified_queue import Block, FreeBlockQueue, WrongTypeError
+
+
+def test_plain_block_starts_detached() -> None:
+    """Block() has both links None and takes no arguments."""
+    block = Block()
+    assert block.prev_free_block is None
+    assert block.next_free_block is None
+    with pytest.raises(TypeError):
+        Block(1)  # type: ignore[call-arg]  # Block.__init__ takes no arguments
+
+
+def test_block_has_only_link_slots() -> None:
+    """Block is slotted with exactly the two links, so instances carry no __dict__."""
+    if not verified_queue.COMPILED:
+        # Compiled, Block is a native class: its links are C struct fields, not __slots__.
+        assert Block.__slots__ == ("prev_free_block", "next_free_block")
+    assert not hasattr(Block(), "__dict__")
+    with pytest.raises(AttributeError):
+        Block().extra = 1  # type: ignore[attr-defined]  # the point: no room for it
+
+
+def test_subclass_that_skips_block_init_starts_detached() -> None:
+    """A subclass whose __init__ never calls Block.__init__ still starts detached."""
+    block = NumberedBlock(7)
+    assert block.prev_free_block is None
+    assert block.next_free_block is None
+    assert not hasattr(block, "__dict__")
+
+
+def test_slotted_dataclass_subclass_needs_no_extra_code() -> None:
+    """A @dataclass(slots=True) subclass with a required field starts detached and keeps __eq__."""
+    block = KVCacheBlock(3)
+    assert block.prev_free_block is None
+    assert block.next_free_block is None
+    assert block == KVCacheBlock(3)
+    assert [field.name for field in dataclasses.fields(block)] == [
+        "block_id",
+        "ref_cnt",
+        "block_hash",
+    ]
+    assert repr(block) == "KVCacheBlock(block_id=3, ref_cnt=0, block_hash=None)"
+
+
+def test_equal_dataclass_blocks_stay_distinct_in_the_queue() -> None:
+    """Blocks that compare equal are still told apart by identity in every operation."""
+    twins = [KVCacheBlock(0) for _ in range(3)]
+    queue = FreeBlockQueue(twins)
+    queue.remove(twins[1])
+    assert [b is t for b, t in zip(queue, [twins[0], twins[2]], strict=True)] == [True, True]
+    queue.append(twins[1])
+    assert queue.popleft() is twins[0]
+    assert queue.popleft() is twins[2]
+    assert queue.popleft() is twins[1]
+
+
+def test_block_repr_shows_link_state_only() -> None:
+    """Block's repr says linked or detached and names no neighbour."""
+    block = Block()
+    assert repr(block).endswith(", detached>")
+    FreeBlockQueue([block])
+    assert repr(block).endswith(", linked>")
+    assert "sentinel" not in repr(block)
+
+
+def test_repr_of_block_in_long_chain_does_not_recurse() -> None:
+    """The repr of a block in a 100,000-block chain is short and does not follow the links."""
+    blocks = [Block() for _ in range(100_000)]
+    queue = FreeBlockQueue(blocks)
+    assert len(repr(blocks[50_000])) < 80
+    assert len(repr(queue)) < 80
+    assert len(repr(queue.fake_free_list_head)) < 80
+
+
+@dataclasses.dataclass(slots=True)
+class OwnLinksBlock:
+    """A block that is not a Block: a slotted dataclass declaring the two links itself.
+
+    It has the shape of vLLM's own KVCacheBlock (fields, generated __eq__, links declared
+    as its own fields), so it shows what the queue does with that class unchanged.
+    """
+
+    block_id: int
+    ref_cnt: int = 0
+    prev_free_block: OwnLinksBlock | None = None
+    next_free_block: OwnLinksBlock | None = None
+
+
+def test_block_with_its_own_links_works_pure_and_is_refused_compiled() -> None:
+    """Pure Python links a non-Block with both links; compiled refuses it naming the fix."""
+    blocks = [OwnLinksBlock(i) for i in range(3)]
+    if verified_queue.COMPILED:
+        with pytest.raises(WrongTypeError, match=r"subclass verified_queue\.Block and drop"):
+            FreeBlockQueue(blocks)
+        assert all(b.prev_free_block is None and b.next_free_block is None for b in blocks)
+        return
+    queue = FreeBlockQueue(blocks)
+    queue.remove(blocks[1])
+    queue.prepend_n([blocks[1]])
+    assert queue.get_all_free_blocks() == [blocks[1], blocks[0], blocks[2]]
+    assert queue.popleft() is blocks[1]
+    assert blocks[1].prev_free_block is None
+
+
+def define_field_block() -> None:
+    """Define a slotted dataclass Block subclass that re-declares a link as a field."""
+
+    @dataclasses.dataclass(slots=True)
+    class FieldBlock(Block):
+        block_id: int
+        prev_free_block: Block | None = None
+
+
+def define_slot_block() -> None:
+    """Define a Block subclass that re-declares a link in its own __slots__."""
+
+    class SlotBlock(Block):
+        __slots__ = ("next_free_block",)
+
+
+def define_property_block() -> None:
+    """Define a Block subclass that overrides a link with a property."""
+
+    class PropertyBlock(Block):
+        @property
+        def next_free_block(self) -> Block | None:  # type: ignore[override]  # the mistake under test
+            return None
+
+
+def define_frozen_block() -> None:
+    """Define a frozen slotted dataclass Block subclass (its __setattr__ would block links)."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class FrozenBlock(Block):
+        block_id: int
+
+
+@pytest.mark.parametrize(
+    "define", [define_field_block, define_slot_block, define_property_block, define_frozen_block]
+)
+def test_subclass_redeclaring_a_link_is_refused_at_class_creation(
+    define: Callable[[], None],
+) -> None:
+    """A Block subclass that re-declares a link or is frozen is a TypeError when defined."""
+    with pytest.raises(TypeError, match="drop those declarations"):
+        define()
+
+
+def test_sentinels_carry_block_id_minus_one() -> None:
+    """Both sentinels have block_id -1, as vLLM's do, so code reading a neighbour's id works."""
+    queue = FreeBlockQueue[Block]()
+    assert queue.fake_free_list_head.block_id == -1  # type: ignore[attr-defined]
+    assert queue.fake_free_list_tail.block_id == -1  # type: ignore[attr-defined]
+
+
+def test_frozen_unslotted_dataclass_subclass_is_refused_when_built() -> None:
+    """A frozen dataclass without slots gets __setattr__ after creation: refused at construction."""
+
+    @dataclasses.dataclass(frozen=True)
+    class FrozenBlock(Block):
+        block_id: int
+
+    with pytest.raises(TypeError, match="do not freeze it"):
+        FrozenBlock(1)

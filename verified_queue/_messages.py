@@ -1,0 +1,130 @@
+"""The errors the queue raises, built off the hot path.
+
+The production queue (``queue.py``), check mode (``checked.py``) and the planted bugs
+of ``specs/`` raise the same errors for the same misuse, so the builders live here,
+once. Each builds and returns an exception; none changes any state, and none may
+raise while building (a user's ``__repr__`` that fails is replaced by the type and
+identity). They are called only on a path that is about to raise.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Final, TypeVar
+
+from verified_queue import block as _block_module
+from verified_queue.block import LINK_FIELDS, Block, Sentinel
+from verified_queue.errors import (
+    AlreadyInQueueError,
+    InvariantViolation,
+    NotInQueueError,
+    WrongTypeError,
+)
+
+__all__ = [
+    "already_linked",
+    "can_link",
+    "changed_during_iteration",
+    "count_argument",
+    "describe",
+    "first_unlinkable",
+    "lost_inner_link",
+    "not_a_block",
+    "not_linked",
+]
+
+#: Whether the queue runs compiled: ``block.py`` is compiled with ``queue.py`` or not at all.
+_COMPILED: Final = not (_block_module.__file__ or "").endswith(".py")
+
+_Item = TypeVar("_Item")
+
+
+def describe(block: object) -> str:
+    """``repr(block)``, or its type and identity when that repr itself fails.
+
+    Error messages are built from it, and building one must never raise: a
+    user's ``__repr__`` may read a neighbour that is not what it expects.
+    """
+    try:
+        return repr(block)
+    except Exception:  # any failure of a user's __repr__ falls back
+        return f"<{type(block).__qualname__} object at {id(block):#x}>"
+
+
+def already_linked(operation: str, block: object) -> AlreadyInQueueError:
+    """Build the error for a block that may not join a queue (kept off the hot path)."""
+    if isinstance(block, Sentinel):
+        reason = "it is a queue sentinel"
+    else:
+        reason = "it is already linked in a queue (a double free?)"
+    return AlreadyInQueueError(f"{operation}({describe(block)}): {reason}")
+
+
+def not_linked(operation: str, block: object) -> NotInQueueError:
+    """Build the error for a block that is not linked where ``operation`` needs it."""
+    if not isinstance(block, Sentinel):
+        reason = "it is not linked in a queue"
+    elif operation == "remove":
+        reason = "it is a queue sentinel, which never leaves its queue"
+    else:
+        # iter_blocks_after takes this queue's own sentinels, so this one is foreign.
+        reason = "it is another queue's sentinel"
+    return NotInQueueError(f"{operation}({describe(block)}): {reason}")
+
+
+def can_link(value: object) -> bool:
+    """Whether this build can link ``value``: a Block, or (pure Python) anything with both links."""
+    if isinstance(value, Block):
+        return True
+    return not _COMPILED and all(hasattr(value, name) for name in LINK_FIELDS)
+
+
+def first_unlinkable(batch: list[_Item]) -> object:
+    """The first item of ``batch`` this build cannot link (the cause of a failed batch)."""
+    return next((item for item in batch if not can_link(item)), None)
+
+
+def not_a_block(operation: str, value: object) -> WrongTypeError:
+    """Build the error for an argument that is not a block this build can link."""
+    described = describe(value)
+    kind = type(value).__qualname__
+    if all(hasattr(value, name) for name in LINK_FIELDS):
+        # It has the links, so only the compiled build refuses it.
+        return WrongTypeError(
+            f"{operation}({described}): the compiled verified_queue links only subclasses of "
+            f"verified_queue.Block, and {kind} is not one; subclass verified_queue.Block and "
+            "drop the class's own prev_free_block and next_free_block fields (Block has them)"
+        )
+    return WrongTypeError(
+        f"{operation}({described}): expected a block (a verified_queue.Block, or an object "
+        f"with prev_free_block and next_free_block), got {kind}"
+    )
+
+
+def count_argument(operation: str, n: object) -> int:
+    """``n`` as an int, for a count that is not exactly one (kept off the hot path)."""
+    if isinstance(n, bool):
+        raise WrongTypeError(f"{operation}({n!r}): the count must be an integer, not a bool")
+    try:
+        return operator.index(n)  # type: ignore[arg-type]  # anything else is refused just below
+    except TypeError:
+        raise WrongTypeError(
+            f"{operation}({describe(n)}): the count must be an integer, not {type(n).__qualname__}"
+        ) from None
+
+
+def changed_during_iteration() -> NotInQueueError:
+    """Build the error for an iteration whose block left the queue under it."""
+    return NotInQueueError(
+        "the free queue changed during iteration: the block the iteration stood on left the queue"
+    )
+
+
+def lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
+    """Build the error for a sentinel whose link into the chain outside code destroyed."""
+    link = "next_free_block" if sentinel == "head" else "prev_free_block"
+    return InvariantViolation(
+        f"{operation}(): the {sentinel} sentinel's {link} is not a block (I1 broken by outside "
+        "code); nothing was changed",
+        invariant="sentinel_linkage",
+    )
