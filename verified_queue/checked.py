@@ -21,33 +21,12 @@ subclass (``InvariantViolation``, or the error the production queue would
 raise) and nothing else. "Damage" here means any value written into a
 block's two links or into ``num_free_blocks``.
 
-Membership
-----------
-Membership is a dict ``id(block) -> block``, not a set of ids, because an
-``id()`` is only unique among live objects. With a set of ids, a member that
-outside code unlinked and dropped could be garbage-collected and its id reused
-by a new block, which would then pass for a member. Holding each member in the
-dict keeps it alive, and that makes the O(1) test ``id(node) in members``
-exact, with no ``members.get(id(node)) is node``: a recorded member is alive,
-two objects alive at the same time never share an id, and ``node`` is alive
-while it is tested (the test holds it), so ``id(node)`` is a key exactly when
-``node`` is the member recorded under it. The argument needs every key to be
-its value's id, which holds because only this class writes the dict. The cost
-is one dict entry per free block, and no block outlives its pool because of it
-unless the queue itself is kept.
-
-Speed
------
-Check mode is meant to stay on for a whole serving run, so the mutating
-operations test the healthy case with inline conditions and call a diagnostic
-helper (``_check_*``, ``_expect_count``) only when one fails; the helper finds
-the exact fault and raises. The linking itself is the production queue's: each
-operation calls the method that ``super()`` would reach, so the production
-queue stays the only linking code and check mode checks its work. The method is
-resolved once per class, when the class is created (``_super_popleft`` and so
-on), because on Python 3.11 a ``super()`` call builds a proxy object on every
-call. A class that puts another ``FreeBlockQueue`` subclass after this one in
-its MRO gets that subclass's methods, exactly as ``super()`` would.
+Membership is a dict ``id(block) -> block``, not a set of ids, so that every
+recorded member stays alive and ``id(node) in members`` is exact. The mutating
+operations test the healthy case inline and call :mod:`verified_queue._diagnosis`
+only when a test fails; they link through the production queue's methods,
+resolved once per class (``_super_popleft`` and so on). Why each of these holds,
+and what it costs: "What check mode does" and "What it costs" in docs/check-mode.md.
 
 The class keeps to the production queue's public attributes, so it also
 subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
