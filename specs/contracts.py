@@ -27,36 +27,16 @@ The inputs are symbolic values, not a handful of fixed cases:
   iterator, a generator, or a generator that raises after its last block (``shape``);
 - the constructor gets the same batches.
 
-CrossHair still realises every code into a concrete block (blocks are told apart by
-identity, and an identity cannot be symbolic), so each path is one concrete order and one
-concrete argument; the solver, not a hand-written enumeration, picks them, and a contract
-whose paths are few enough is *exhausted*: CrossHair reports it "confirmed over all paths".
-``specs.crosshair_run`` runs every contract and reports the paths it explored.
+``remove`` and ``iter_blocks_after`` of another queue's block are documented misuse that the
+production queue cannot see in O(1) (check mode catches them), so their contracts leave those
+two codes out; every other operation must refuse them. :func:`iter_blocks_after_contract`
+also requires a refused cursor to be refused by the call, not later by the iteration
+(:class:`~specs.structure.LateError` otherwise).
 
-What is left to symmetry is the choice of the objects themselves: the universe is four
-particular ``SpecBlock`` objects, allocated in number order. That the queue's behaviour does
-not depend on which objects they are (their identities, their allocation order, their
-numbers), only on how the arguments relate to the state, is checked by
-``tests/verification/test_contracts.py::test_relabelling_the_blocks_relabels_the_outcome``.
-
-Results are described by numbers rather than by the blocks themselves because CrossHair's
-``__old__`` is a deep copy, in which identity does not survive; here nothing needs ``__old__``,
-since the function records the state before and after the call itself.
-
-:func:`iter_blocks_after_contract` also says that a cursor the queue refuses is refused when
-``iter_blocks_after`` is called, not later when the iteration starts: an error raised
-while the returned iterator is drained is reported as :class:`~specs.structure.LateError`,
-which the model never raises. The model has no sentinels, so for it this queue's own head
-cursor means ``None`` (from the front) and its own tail cursor means "nothing after".
-
-The production queue cannot tell in O(1) that a block is linked in *another* queue, so
-``remove`` and ``iter_blocks_after`` of another queue's block are documented misuse (check
-mode catches them): their contracts leave those two codes out. Every other operation must
-refuse them.
-
-The bookkeeping around each call (building the world, the snapshots of the links, the
-invariant checks) touches only concrete objects, and runs with CrossHair's tracing switched
-off, which makes a path several times cheaper; the calls under check always run traced.
+What CrossHair's paths cover (each is one concrete order and argument), what is left to
+symmetry and which test checks it, why outcomes are block numbers, and why the bookkeeping runs
+untraced: the CrossHair paragraphs of docs/verification.md. ``specs.crosshair_run`` runs every
+contract and reports the paths it explored.
 
 The queue under check is :class:`~verified_queue.queue.FreeBlockQueue`, or the planted bug
 named by the environment variable ``VERIFIED_QUEUE_SPEC_TARGET`` (see

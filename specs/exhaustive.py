@@ -2,82 +2,40 @@
 
 The universe is ``N`` blocks, shared by two queues: queue A, the one operated on, and queue B,
 another queue whose blocks A must neither take nor disturb. A *state* says which blocks sit in
-A and in which order, which sit in B and in which order, and leaves the rest detached. The
+A and in which order, which sit in B and in which order, and leaves the rest detached. States
+are wired directly into the queues' links, not reached through the operations under check. The
 states checked are
 
 - every ordered subset of the universe in A with B empty, ``sum(N! / (N - k)! for k in
-  0..N)`` states (1957 for N = 6): the single-queue proof, with no symmetry argument;
+  0..N)`` states (1957 for N = 6);
 - every split of the universe between A, B and the detached rest with B non-empty, each
-  queue in ascending order: ``3**N - 2**N`` more states (665 for N = 6, 2059 for N = 7).
+  queue in ascending order: ``3**N - 2**N`` more states (665 for N = 6, 2059 for N = 7);
+- for the constructor, one state per pair of sizes, ``(N + 1) * (N + 2) / 2`` (28 for N = 6).
 
-Why ascending order is enough for the split states. The queue tells blocks apart only by
-identity and by their links: the blocks are all :class:`~specs.model.SpecBlock` (one class,
-whose ``__eq__`` and ``__hash__`` raise), and nothing in the queue's contract depends on which
-object sits where beyond the links. Renaming the blocks by a permutation that keeps A's set and
-B's set turns the ascending state of a split into any other order of the same split, and maps
-the operations checked from one onto the operations checked from the other, because the
-arguments range over *every* block of the universe (every single block, every batch of
-blocks). So the first, middle and last block of B, and every position of A, are each an
-argument from the ascending state, and another order of the same split would repeat the same
-calls under other names. What the argument assumes is that the queue does not key on object
-identities as numbers (``id()`` order, say); the states with B empty cover every order of A
-without it. The few calls built on fixed blocks (a sentinel after block 0, iterators that
-raise after the first blocks) are probes beyond the argument: they give block 0 the roles a
-split gives it, not every role.
+Why ascending order and one constructor state per pair of sizes cover every state (a renaming
+argument), and why wiring by hand covers every pair of queues: "Why a bounded proof is a proof"
+in docs/verification.md.
 
-From every state the checker applies every operation with every argument:
+From every state the checker applies every operation with every argument: ``popleft()``;
+``popleft_n(n)`` for ``n`` from -2 to ``len + 2``; ``remove`` and ``append`` of every block and
+of A's and B's sentinels; ``append_n``, ``prepend_n`` and the constructor with every batch of up
+to ``max_batch`` universe blocks (repeats and the empty batch included), as a list and, up to
+length 2, as a one-shot iterator, plus batches ending in a sentinel and iterators that raise
+part-way; ``iter_blocks_after`` from ``None``, every block and every sentinel, drained (a
+refusal must come from the call: :class:`~specs.structure.LateError` otherwise; for the model
+A's head means ``None`` and its tail the end); and the queries ``len``, ``bool``, ``iter``,
+``get_all_free_blocks``, ``repr`` and ``in``, which must change nothing. ``remove`` and
+``iter_blocks_after`` of a block linked in B are outside the production queue's contract (it
+cannot tell such a block from its own in O(1)); they are skipped and counted as
+``outside_contract``.
 
-- ``popleft()``;
-- ``popleft_n(n)`` for every ``n`` from -2 to ``len + 2`` (too many and negative included);
-- ``remove(b)`` and ``append(b)`` for every block of the universe, in A, in B or detached, and
-  for A's and B's sentinels;
-- ``append_n(batch)`` and ``prepend_n(batch)`` for every sequence of universe blocks up to
-  ``max_batch`` long (so blocks of A or B, repeats and the empty batch), each as a list and, up
-  to length 2, as a one-shot iterator; batches ending in a sentinel; and iterators that raise
-  part-way;
-- ``iter_blocks_after(cursor)``, drained, for every cursor: ``None``, every block of the
-  universe, A's and B's sentinels. A refusal must come from the call, not from the iteration
-  (:class:`~specs.structure.LateError` otherwise); the model has no sentinels, so for it
-  A's head means ``None`` and its tail the end;
-- the queries ``len``, ``bool``, ``iter``, ``get_all_free_blocks``, ``repr`` and ``in`` (for
-  every block and sentinel), which must not change anything;
-- the constructor ``queue_type(batch)`` for every batch of up to ``max_batch`` blocks (blocks
-  of A or B and repeats included), as a list and, up to length 2, as a one-shot iterator;
-  batches ending in one of the four sentinels; and iterators that raise part-way. It must
-  build the queue the model builds, or refuse as the model does, and change nothing else.
-  It runs from one state per pair of sizes, ``(N + 1) * (N + 2) / 2`` states (28 for N = 6):
-  A holds the first ``a`` blocks and B the next ``b``, ascending. The constructor reads
-  nothing but its batch, and every batch over the universe is tried, so each combination of
-  roles its blocks can have (first, middle, last or only block of A or of B, detached)
-  occurs; any other state with the same sizes is a renaming of this one, by the argument
-  above applied to A's and B's sets as well as to their orders.
-
-Two calls are outside the production queue's contract and are not made: ``remove`` and
-``iter_blocks_after`` of a block linked in B. The queue cannot tell such a block from one of
-its own in O(1) (its documented precondition; ``CheckedFreeBlockQueue`` enforces it), so it
-would unlink the block from B, or walk B. The report counts them as ``outside_contract``. Every
-other call with a block of B is made: ``append``, ``append_n``, ``prepend_n`` and the
-constructor must refuse it as the model does, and ``in`` must say no.
-
-After each call it checks that A's invariants hold, that the result (or the exception type
-and message) and A's new state equal :class:`~specs.model.ListModel`'s (whose membership knows
-B's blocks, so it refuses them as a double free and names them "linked in another queue"),
-that every block in no queue is detached, and that B is untouched: its order, its count and
-every link of its blocks and sentinels exactly as wired. A call after which the model holds
-the same sequence (a rejected call, an iteration, an empty batch) must leave every link of
-every block and sentinel, and both counts, exactly as they were: that exact comparison
-replaces the walk, so most transitions cost one snapshot. States are wired directly into the
-queues' links rather than reached through operations, so the check does not depend on the
-operations it is checking to build its starting points; and since a queue holds no state
-beyond its sentinels, count and links, covering every wiring covers every pair of queues of
-at most N blocks between them.
-
-A crash of the check itself (an exception no model call raises, thrown by the queue or by the
-comparison after it) does not end the run with a traceback: it is reported as the
-counterexample, with the state, the call and the exception.
-
-Blocks are :class:`~specs.model.SpecBlock` instances, whose ``__eq__`` and ``__hash__`` raise,
-so a queue that compares blocks by value (I5) fails too.
+After each call: A's invariants hold; the result, or the exception type and message, and A's
+new state equal :class:`~specs.model.ListModel`'s; every block in no queue is detached; B is
+untouched (order, count, every link); and a call after which the model holds the same sequence
+changes no link and no count anywhere. A crash of the check itself is reported as the
+counterexample, with the state, the call and the exception. Blocks are
+:class:`~specs.model.SpecBlock` instances, whose ``__eq__`` and ``__hash__`` raise, so a queue
+that compares blocks by value (I5) fails too.
 
 Run ``python -m specs.exhaustive --blocks 7`` for a bigger universe, or ``--variant NAME``
 for one of :data:`specs.planted_bugs.PLANTED_BUGS`.
