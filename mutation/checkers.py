@@ -45,6 +45,7 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "tests/checks/test_invariants.py",
             "tests/checks/test_heap_oracle.py",
             "tests/checks/test_checker_diagnostics.py",
+            "tests/checks/test_messages.py",
         ],
         # The randomized workloads and the 20,000-block ring cost a minute per surviving
         # mutant under mutmut's trampolines; the exhaustive oracle comparison stays in.
@@ -58,11 +59,15 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     "checked": (
         "verified_queue/checked.py",
         [
-            "tests/checks/test_checked.py",
+            "tests/checks/test_checked_results.py",
+            "tests/checks/test_checked_misuse.py",
+            "tests/checks/test_checked_damage.py",
+            "tests/checks/test_checked_atomicity.py",
+            "tests/checks/test_checked_diagnostics.py",
+            "tests/checks/test_checked_o1_diagnostics.py",
+            "tests/checks/test_messages.py",
             "tests/checks/test_invariants.py",
             "tests/checks/test_fault_matrix.py",
-            "tests/checks/test_checked_atomicity.py",
-            "tests/checks/test_checked_walks.py",
         ],
         [],
     ),

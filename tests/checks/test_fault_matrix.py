@@ -407,7 +407,7 @@ def test_restored_queue_passes_every_checker_again() -> None:
 
 
 def test_pool_check_flags_a_block_left_linked_outside_the_queue() -> None:
-    """A block bridged over by hand keeps its links, so the pool check names it (3)."""
+    """A block bridged over by hand keeps its links, so the pool check names it (I4)."""
     for size in range(1, 5):
         for block in range(1, size + 1):
             world = _bridge_out(size, block).planted()

@@ -1,7 +1,7 @@
 """``check_invariants`` against a definitional oracle on arbitrary heaps, reachable or not.
 
 The oracle below is written straight from the definitions of I1..I4 in
-``verified_queue.queue`` and of (1)..(3) in ``verified_queue.invariants``: it
+``verified_queue.queue``, as ``verified_queue.invariants`` restates them: it
 walks from the head with a set of visited blocks, and says which family breaks
 first in walk order (the checker's documented priority), or ``None``.
 
