@@ -88,7 +88,7 @@ def test_a_failed_start_check_writes_nothing(operation: str, damage: str) -> Non
 
 
 @pytest.mark.parametrize("operation", ["append", "append_n", "prepend_n"])
-def test_relinking_a_cleared_member_writes_nothing(operation: str) -> None:
+def test_relinking_cleared_member_writes_nothing(operation: str) -> None:
     """Linking again a member whose links outside code cleared raises before writing anything."""
     blocks = [Block() for _ in range(3)]
     queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
@@ -110,7 +110,7 @@ def test_relinking_a_cleared_member_writes_nothing(operation: str) -> None:
 
 
 @pytest.mark.parametrize("count", [0, 1, 3])
-def test_popleft_n_of_any_count_checks_the_front_first(count: int) -> None:
+def test_popleft_n_checks_front_first(count: int) -> None:
     """popleft_n of 0 up to all blocks names a damaged front as the start of popleft_n()."""
     blocks = [Block() for _ in range(3)]
     queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
@@ -130,7 +130,7 @@ def test_popleft_n_of_any_count_checks_the_front_first(count: int) -> None:
 
 
 @pytest.mark.parametrize("size", [0, 1, 2])
-def test_sound_operations_down_to_empty_pass_every_check(size: int) -> None:
+def test_sound_operations_pass_every_check(size: int) -> None:
     """Each operation on a sound queue of 0 to 2 blocks, emptied at the end, raises no violation."""
     blocks = [Block() for _ in range(size)]
     queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
@@ -174,7 +174,7 @@ HEAD, TAIL = "fake_free_list_head", "fake_free_list_tail"
         ("prepend_n", TAIL, "prev_free_block", TAIL, ("new", "tail", "tail", "tail")),
     ],
 )
-def test_a_batch_junction_names_the_sentinels_it_found(
+def test_batch_junction_names_its_sentinels(
     method: str, owner: str, link: str, value: str, names: tuple[str, ...]
 ) -> None:
     """A junction a faulty link left wrong names each sentinel in it as this queue's."""
@@ -200,7 +200,7 @@ def test_a_batch_junction_names_the_sentinels_it_found(
 
 
 @pytest.mark.parametrize("value", [HEAD, TAIL])
-def test_append_names_the_sentinel_the_tail_links_back_to(value: str) -> None:
+def test_append_names_tail_back_sentinel(value: str) -> None:
     """append() whose tail was left linking back to a sentinel names it as this queue's."""
     queue = _faulty("append", TAIL, "prev_free_block", value)(full_check_every=0)
     new = Block()
@@ -219,7 +219,7 @@ def test_append_names_the_sentinel_the_tail_links_back_to(value: str) -> None:
 
 
 @pytest.mark.parametrize("method", sorted(OPERATIONS))
-def test_a_type_error_on_a_sound_queue_is_a_violation_naming_the_operation(method: str) -> None:
+def test_type_error_on_sound_queue_is_violation(method: str) -> None:
     """A TypeError from the linking code on a sound queue is a violation naming call and error."""
 
     def broken(self: Any, *args: object) -> object:
@@ -244,7 +244,7 @@ def test_a_type_error_on_a_sound_queue_is_a_violation_naming_the_operation(metho
     )
 
 
-def test_an_explicit_none_period_takes_the_configured_default(monkeypatch: Any) -> None:
+def test_explicit_none_period_is_default(monkeypatch: Any) -> None:
     """full_check_every=None given explicitly takes the configured default, as omitting it does."""
     monkeypatch.setattr(checked_module, "DEFAULT_FULL_CHECK_EVERY", 5)
     assert CheckedFreeBlockQueue(full_check_every=None).full_check_every == 5
@@ -262,7 +262,7 @@ UNEXPLAINED = (
 
 
 @pytest.mark.parametrize("size", [0, 1, 3])
-def test_the_front_diagnosis_raises_even_on_a_sound_queue(size: int) -> None:
+def test_front_diagnosis_raises_when_sound(size: int) -> None:
     """check_front, called only once an inline test failed, reports a sound queue unexplained."""
     queue = CheckedFreeBlockQueue([Block() for _ in range(size)], full_check_every=0)
     with pytest.raises(InvariantViolation) as caught:
@@ -270,7 +270,7 @@ def test_the_front_diagnosis_raises_even_on_a_sound_queue(size: int) -> None:
     assert parts(caught.value) == UNEXPLAINED
 
 
-def test_the_front_diagnosis_names_the_first_fault_wherever_it_is() -> None:
+def test_front_diagnosis_names_first_fault() -> None:
     """check_front walks from the head to the first fault, however far, and names it exactly."""
     blocks = [Block() for _ in range(4)]
     queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
@@ -302,7 +302,7 @@ def test_the_front_diagnosis_names_the_first_fault_wherever_it_is() -> None:
 
 
 @pytest.mark.parametrize("fault", ["foreign second", "second cut out", "tail successor"])
-def test_popleft_names_a_fault_past_its_front_block_before_writing(fault: str) -> None:
+def test_popleft_names_fault_past_front(fault: str) -> None:
     """popleft finds a fault at the node after the front block, or at the tail, before writing."""
     blocks = [Block() for _ in range(2)]
     queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
@@ -447,7 +447,7 @@ _CHECKED_OPERATIONS: dict[str, Callable[[World], object]] = {
 
 
 @adaptive_default_only
-def test_every_checked_operation_raises_before_writing_anything() -> None:
+def test_every_operation_raises_before_writing() -> None:
     """On every single fault, an operation that raises leaves links, count and members as found.
 
     The periodic full check is off, so the O(1) checks of each operation are the
@@ -499,7 +499,7 @@ def test_every_checked_operation_raises_before_writing_anything() -> None:
     }
 
 
-def test_a_walk_that_outlasts_the_membership_runs_on_while_the_queue_grows() -> None:
+def test_walk_outlasting_membership_runs_on() -> None:
     """Appending under a walk takes it past the first full check, and it goes on to the end."""
     queue, blocks = checked(2, full_check_every=0)
     seen = 0
@@ -514,7 +514,7 @@ def test_a_walk_that_outlasts_the_membership_runs_on_while_the_queue_grows() -> 
 # ------------------------------------------------------------------------- walks
 
 
-def test_a_ring_of_members_is_reported_one_step_past_the_membership() -> None:
+def test_member_ring_reported_past_membership() -> None:
     """A walk in a ring of members with agreeing links yields n + 1 blocks, then raises."""
     blocks = [Block() for _ in range(3)]
     queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
@@ -527,7 +527,7 @@ def test_a_ring_of_members_is_reported_one_step_past_the_membership() -> None:
     assert caught.value.invariant == "sentinel_linkage"
 
 
-def test_a_growing_walk_runs_the_full_check_past_the_membership_and_again_after_as_many_steps(
+def test_growing_walk_rechecks_past_membership(
     monkeypatch: Any,
 ) -> None:
     """A walk that outlasts the membership checks it all, then again after that many steps."""

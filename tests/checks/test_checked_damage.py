@@ -71,7 +71,7 @@ DAMAGE: dict[str, Callable[[CheckedFreeBlockQueue[Block], list[Block]], None]] =
 
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
-def test_every_method_raises_only_queue_errors_on_a_damaged_queue(damage: str) -> None:
+def test_damaged_queue_raises_only_queue_errors(damage: str) -> None:
     """Each method of a damaged checked queue returns or raises a QueueError, never a raw error."""
     raised = 0
     for index in range(len(_every_operation(*checked(3)))):
@@ -94,7 +94,7 @@ def test_every_method_raises_only_queue_errors_on_a_damaged_queue(damage: str) -
         queue.full_check()
 
 
-def test_removing_the_queue_s_own_sentinel_names_it_as_its_own() -> None:
+def test_remove_own_sentinel_names_it_own() -> None:
     """remove() of this queue's own sentinel says it is a sentinel, not another queue's."""
     queue, _ = checked(2)
     with pytest.raises(NotInQueueError, match="it is a queue sentinel, which never leaves"):
@@ -102,7 +102,7 @@ def test_removing_the_queue_s_own_sentinel_names_it_as_its_own() -> None:
 
 
 @pytest.mark.parametrize("period", ["10", -5, 2.0, True])
-def test_full_check_every_setter_refuses_a_bad_period_at_once(period: object) -> None:
+def test_period_setter_refuses_bad_period(period: object) -> None:
     """Setting a bad period raises ValueError then, and later operations still work."""
     queue, blocks = checked(3)
     with pytest.raises(ValueError, match="expected None or an int >= 0"):
@@ -150,7 +150,7 @@ END_OF_OPERATION_FAULTS: dict[
 
 
 @pytest.mark.parametrize("fault", END_OF_OPERATION_FAULTS)
-def test_end_of_operation_checks_catch_a_faulty_base_class(fault: str) -> None:
+def test_end_checks_catch_faulty_base_class(fault: str) -> None:
     """Check mode over a faulty production class reports the fault as its operation ends."""
     base, size, where, operation = END_OF_OPERATION_FAULTS[fault]
     faulty: type[CheckedFreeBlockQueue[Block]] = type(

@@ -57,7 +57,7 @@ _COUNT_SITES: dict[str, Callable[[World], object]] = {
 
 
 @pytest.mark.parametrize("where", _COUNT_SITES)
-def test_each_count_check_names_its_operation_word_for_word(where: str) -> None:
+def test_count_check_names_its_operation(where: str) -> None:
     """A drifted count is reported at the start of each operation, naming it and both numbers."""
     world = make_world()
     world.queue.num_free_blocks = 5
@@ -81,7 +81,7 @@ def test_each_count_check_names_its_operation_word_for_word(where: str) -> None:
     )
 
 
-def test_an_int_subclass_count_is_caught_by_the_full_check_word_for_word() -> None:
+def test_int_subclass_count_caught_by_full_check() -> None:
     """A count of an int subclass passes check_invariants but not check mode's exact type test."""
     world = make_world()
     if not writes(world.queue, "num_free_blocks", IntLike(4)):
@@ -100,7 +100,7 @@ def test_an_int_subclass_count_is_caught_by_the_full_check_word_for_word() -> No
     )
 
 
-def test_each_membership_diagnostic_word_for_word() -> None:
+def test_each_membership_diagnostic() -> None:
     """Detached, foreign, sentinel and spliced-in arguments get their exact errors."""
     world = make_world()
     q, (b0, b1, _, _), (spare, intruder) = world.queue, world.blocks, world.spare
@@ -160,7 +160,7 @@ def test_each_membership_diagnostic_word_for_word() -> None:
     )
 
 
-def test_a_block_whose_links_point_elsewhere_is_not_taken_for_a_spliced_one() -> None:
+def test_block_linking_elsewhere_not_spliced() -> None:
     """A non-member whose predecessor does not link to it is another queue's, not an intruder."""
     world = make_world()
     q, (b0, b1, _, _), (spare, _) = world.queue, world.blocks, world.spare
@@ -181,7 +181,7 @@ class _NotLinkable:
     """Something with neither link, to stand where a block's neighbour should be."""
 
 
-def test_leaving_the_queue_under_an_iteration_is_named_word_for_word() -> None:
+def test_leaving_under_iteration_is_named() -> None:
     """Removing the block an iteration stands on names the block and the iteration."""
     queue, blocks = checked(3)
     walk = iter(queue)
@@ -229,7 +229,7 @@ _RAW_ERRORS: dict[str, tuple[Callable[[CheckedFreeBlockQueue[Any]], object], str
 
 
 @pytest.mark.parametrize("where", _RAW_ERRORS)
-def test_a_raw_error_that_the_full_check_cannot_explain_is_named_as_such(where: str) -> None:
+def test_unexplained_raw_error_is_named(where: str) -> None:
     """A raw error from an argument becomes a violation naming the error and the operation."""
     if verified_queue.COMPILED and where != "popleft_n()":
         pytest.skip("the compiled queue refuses a block that is no Block before reading it")
@@ -249,7 +249,7 @@ def test_a_raw_error_that_the_full_check_cannot_explain_is_named_as_such(where: 
     assert same(queue.get_all_free_blocks(), blocks)
 
 
-def test_a_raw_error_that_the_full_check_explains_is_reported_as_the_damage() -> None:
+def test_explained_raw_error_names_damage() -> None:
     """A head replaced by None makes each operation reading it report the full check's finding."""
     if not writes(make_world().queue, "fake_free_list_head", None):
         pytest.skip("this build's typed slot refuses the damage")
@@ -417,7 +417,7 @@ def _faulty_started(base: type[FreeBlockQueue[Block]], size: int) -> tuple[Any, 
 
 
 @pytest.mark.parametrize("operation", _MUTATIONS)
-def test_each_end_of_operation_count_check_word_for_word(operation: str) -> None:
+def test_end_count_check_names_operation(operation: str) -> None:
     """A base class that moves the count is caught as each operation ends, by name and numbers."""
     call, size = _MUTATIONS[operation]
     queue, blocks = _faulty_started(_count_drifting(operation), 3)
@@ -466,7 +466,7 @@ class _AppendNLeavesTail(FreeBlockQueue[Block]):
         self.fake_free_list_tail.prev_free_block = old_last
 
 
-def test_the_end_of_operation_front_and_back_checks_word_for_word() -> None:
+def test_end_front_and_back_checks_name_fault() -> None:
     """A front or back end left unsound by the base class is named as its operation ends."""
     queue, (b0, _, _) = over_faulty(_PopleftKeepsHead, 3)
     head = queue.fake_free_list_head
@@ -530,7 +530,7 @@ def test_a_returned_head_is_named_as_this_queue_s() -> None:
     )
 
 
-def test_damage_met_in_the_middle_of_an_iteration_word_for_word() -> None:
+def test_damage_mid_iteration_is_named() -> None:
     """A link damaged while an iteration is under way is named with the iteration's position."""
     queue, (b0, b1, _, b3) = checked(4)
     walk = iter(queue)
@@ -567,7 +567,7 @@ def _count_floating(operation: str) -> type[FreeBlockQueue[Block]]:
 
 
 @pytest.mark.parametrize("operation", _MUTATIONS)
-def test_each_end_of_operation_count_type_check_word_for_word(operation: str) -> None:
+def test_end_count_type_check_names_operation(operation: str) -> None:
     """A base class that leaves a float count is caught as each operation ends."""
     if not writes(checked(0)[0], "num_free_blocks", 1.0):
         pytest.skip("this build's typed count refuses a float")
@@ -584,7 +584,7 @@ def test_each_end_of_operation_count_type_check_word_for_word(operation: str) ->
     )
 
 
-def test_a_diagnosis_that_finds_nothing_says_check_mode_disagrees_with_itself() -> None:
+def test_empty_diagnosis_reports_disagreement() -> None:
     """The always-raising diagnostic helpers, called on a sound queue, report the disagreement."""
     queue, blocks = checked(3)
     helpers: list[Callable[[str], None]] = [

@@ -32,7 +32,7 @@ from verified_queue.invariants import (
 from verified_queue.queue import FreeBlockQueue
 
 
-def test_foreign_remove_is_rejected_in_check_mode_with_both_queues_unchanged() -> None:
+def test_foreign_remove_rejected_unchanged() -> None:
     """remove() of a block linked in another queue raises NotInQueueError and changes nothing."""
     queue, blocks = checked(3)
     other, other_blocks = checked(3)
@@ -43,7 +43,7 @@ def test_foreign_remove_is_rejected_in_check_mode_with_both_queues_unchanged() -
     assert (len(queue), len(other)) == (3, 3)
 
 
-def test_foreign_remove_silently_corrupts_the_production_queue() -> None:
+def test_foreign_remove_corrupts_production() -> None:
     """The same call on production queues succeeds and leaves both counts wrong."""
     blocks = [Block() for _ in range(3)]
     other_blocks = [Block() for _ in range(3)]
@@ -55,7 +55,7 @@ def test_foreign_remove_silently_corrupts_the_production_queue() -> None:
         assert caught.value.invariant == COUNT_CONSISTENCY
 
 
-def test_double_free_is_rejected_and_leaves_the_queue_unchanged() -> None:
+def test_double_free_rejected_unchanged() -> None:
     """Appending a block that is already linked, alone or in a batch, raises AlreadyInQueueError."""
     queue, blocks = checked(3)
     fresh = Block()
@@ -73,7 +73,7 @@ def test_double_free_is_rejected_and_leaves_the_queue_unchanged() -> None:
 
 
 @adaptive_default_only
-def test_double_free_of_a_block_whose_links_were_cleared_is_caught() -> None:
+def test_double_free_of_cleared_block_caught() -> None:
     """A member whose links outside code cleared is refused by append, not linked a second time."""
     appends: list[Callable[[CheckedFreeBlockQueue[Block], Block], None]] = [
         lambda q, b: q.append(b),
@@ -163,7 +163,7 @@ CORRUPTIONS = [
 
 @adaptive_default_only
 @pytest.mark.parametrize("corruption", CORRUPTIONS, ids=lambda c: c.label)
-def test_outside_link_corruption_is_caught_by_the_next_operation_that_touches_it(
+def test_link_corruption_caught_when_touched(
     corruption: _Corruption,
 ) -> None:
     """A hand-written link raises a violation at the next operation near it, writing nothing."""
@@ -179,7 +179,7 @@ def test_outside_link_corruption_is_caught_by_the_next_operation_that_touches_it
     )
 
 
-def test_corruption_far_from_the_operations_is_caught_by_the_periodic_full_check() -> None:
+def test_far_corruption_caught_by_full_check() -> None:
     """Damage beyond the O(1) checks' reach is caught within full_check_every operations."""
     queue, blocks = checked(10, full_check_every=50)
     queue.full_check()  # start a fresh period
@@ -197,7 +197,7 @@ def test_corruption_far_from_the_operations_is_caught_by_the_periodic_full_check
     assert operations == 49  # the 50th operation since the last full check runs it first
 
 
-def test_full_check_every_operation_catches_far_corruption_at_the_next_operation() -> None:
+def test_period_one_catches_far_corruption() -> None:
     """With full_check_every=1 the next operation of any kind raises, before it acts."""
     queue, blocks = checked(10, full_check_every=1)
     blocks[5].prev_free_block = blocks[2]
@@ -207,7 +207,7 @@ def test_full_check_every_operation_catches_far_corruption_at_the_next_operation
 
 
 @pytest.mark.parametrize("drift", [-1, 1, 5])
-def test_count_drift_is_caught_at_the_next_operation(drift: int) -> None:
+def test_count_drift_caught_next_operation(drift: int) -> None:
     """An overwritten count raises count_consistency at the next operation, even len()."""
     operations: list[Callable[[CheckedFreeBlockQueue[Block], list[Block]], object]] = [
         lambda q, _b: len(q),
@@ -228,7 +228,7 @@ def test_count_drift_is_caught_at_the_next_operation(drift: int) -> None:
 
 
 @adaptive_default_only
-def test_a_block_spliced_in_by_outside_code_is_named_on_remove_and_by_the_full_check() -> None:
+def test_spliced_block_named_by_remove_and_check() -> None:
     """A block linked in by hand, count adjusted, is no member: remove and full_check say so."""
     queue, blocks = checked(3)
     intruder = Block()
@@ -245,7 +245,7 @@ def test_a_block_spliced_in_by_outside_code_is_named_on_remove_and_by_the_full_c
     assert caught.value.invariant == NO_DUPLICATES
 
 
-def test_cursor_linked_in_another_queue_is_rejected_in_check_mode() -> None:
+def test_foreign_cursor_rejected() -> None:
     """iter_blocks_after refuses another queue's block in O(1); production walks into it."""
     queue, _ = checked(3)
     other, foreign = checked(2)
@@ -259,7 +259,7 @@ def test_cursor_linked_in_another_queue_is_rejected_in_check_mode() -> None:
     other.full_check()
 
 
-def test_prepend_n_double_free_is_rejected_with_both_queues_unchanged() -> None:
+def test_prepend_n_double_free_rejected() -> None:
     """A batch holding a block of another queue is refused whole, as in production."""
     queue, blocks = checked(2)
     other, foreign = checked(1)
@@ -272,7 +272,7 @@ def test_prepend_n_double_free_is_rejected_with_both_queues_unchanged() -> None:
     assert other.get_all_free_blocks() == foreign
 
 
-def test_check_mode_takes_a_block_that_declares_its_own_links() -> None:
+def test_check_mode_takes_own_links_block() -> None:
     """Check mode and the checkers accept vLLM's block shape (not a Block) in the pure build."""
 
     @dataclass(slots=True)
@@ -294,8 +294,10 @@ def test_check_mode_takes_a_block_that_declares_its_own_links() -> None:
         queue.full_check()
 
 
-@pytest.mark.parametrize("argument", [None, 5, "block", object()], ids=repr)
-def test_a_non_block_argument_gets_the_production_queue_s_error(argument: object) -> None:
+@pytest.mark.parametrize(
+    "argument", [None, 5, "block", object()], ids=["None", "5", "str", "object"]
+)
+def test_non_block_gets_production_error(argument: object) -> None:
     """remove, iter_blocks_after, append and the batches refuse a non-block as production does."""
     calls: list[Callable[[FreeBlockQueue[Any]], object]] = [
         lambda q: q.remove(argument),

@@ -106,7 +106,7 @@ def _outcome(call: Callable[[], object], universe: list[Block]) -> object:
 
 
 @given(OPERATION_CODES, st.integers(min_value=0, max_value=16))
-def test_check_mode_gives_the_production_queue_s_results(
+def test_check_mode_gives_production_results(
     operations: list[tuple[int, int]], initial: int
 ) -> None:
     """Any sequence of calls, misuse included, returns and raises alike in both queues."""
@@ -124,7 +124,7 @@ def test_check_mode_gives_the_production_queue_s_results(
     queue.full_check()
 
 
-def test_constructor_rejects_a_linked_block_and_keeps_no_membership() -> None:
+def test_constructor_rejects_linked_block() -> None:
     """A linked block in the constructor's batch raises AlreadyInQueueError, as in production."""
     linked = FreeBlockQueue([Block()]).popleft()
     owner = FreeBlockQueue([linked])
@@ -133,7 +133,7 @@ def test_constructor_rejects_a_linked_block_and_keeps_no_membership() -> None:
     check_invariants(owner)
 
 
-def test_checked_queue_declares_slots_and_names_its_class_in_repr() -> None:
+def test_checked_queue_slots_and_repr() -> None:
     """The subclass adds its state in __slots__ (no __dict__) and reprs like the production one."""
     queue, _ = checked(2)
     assert repr(queue) == "<CheckedFreeBlockQueue with 2 free blocks>"
@@ -146,7 +146,7 @@ def test_checked_queue_declares_slots_and_names_its_class_in_repr() -> None:
     assert verified_queue.COMPILED or not hasattr(queue, "__dict__")
 
 
-def test_full_check_every_must_be_a_non_negative_int_or_none() -> None:
+def test_period_must_be_none_or_int_at_least_0() -> None:
     """Negative, fractional, boolean and string periods are refused."""
     for period in (-1, 1.5, True, False, "3"):
         with pytest.raises(ValueError, match="full_check_every"):
@@ -162,7 +162,7 @@ def test_full_check_runs_every_k_operations() -> None:
 
 
 @adaptive_default_only
-def test_default_period_is_max_of_1000_and_the_length() -> None:
+def test_default_period_is_max_1000_and_length() -> None:
     """By default the full check runs every 1000 operations, or every len(queue) if longer."""
     small = CountingQueue([Block() for _ in range(10)], full_check_every=None)
     for _ in range(MIN_FULL_CHECK_PERIOD):
@@ -174,7 +174,7 @@ def test_default_period_is_max_of_1000_and_the_length() -> None:
     assert large.full_checks == 2  # at operation 1000, then 3000 operations later
 
 
-def test_full_check_every_zero_never_runs_the_full_check_by_itself() -> None:
+def test_period_zero_never_runs_full_check() -> None:
     """With full_check_every=0 the full check never runs by itself, even when the countdown ends."""
     queue = CountingQueue([Block() for _ in range(10)], full_check_every=0)
     for _ in range(2 * MIN_FULL_CHECK_PERIOD):
@@ -186,7 +186,7 @@ def test_full_check_every_zero_never_runs_the_full_check_by_itself() -> None:
     assert queue._until_full_check > MIN_FULL_CHECK_PERIOD  # rewound, not acted on
 
 
-def test_full_check_every_zero_keeps_the_o1_checks_and_the_full_check_on_demand() -> None:
+def test_period_zero_keeps_o1_checks() -> None:
     """With the periodic check off, far damage waits for full_check(); near damage still raises."""
     queue, blocks = checked(10, full_check_every=0)
     blocks[5].prev_free_block = blocks[2]  # far from both ends
@@ -202,7 +202,7 @@ def test_full_check_every_zero_keeps_the_o1_checks_and_the_full_check_on_demand(
         near.popleft()
 
 
-def test_a_period_set_after_zero_starts_at_the_next_full_check() -> None:
+def test_period_after_zero_starts_at_full_check() -> None:
     """Turning the periodic check on from 0 takes effect after a full check run by hand."""
     queue = CountingQueue([Block() for _ in range(10)], full_check_every=0)
     queue.full_check_every = 3
@@ -250,7 +250,7 @@ class _CheckedRecordingQueue(CheckedFreeBlockQueue[Block], _RecordingQueue):
         super().__init__(blocks)
 
 
-def test_check_mode_links_through_the_class_super_would_reach() -> None:
+def test_links_through_super_class() -> None:
     """Each checked operation links with the next class in the MRO, as a super() call would."""
     blocks = [Block() for _ in range(4)]
     queue = _CheckedRecordingQueue(blocks)
@@ -262,7 +262,7 @@ def test_check_mode_links_through_the_class_super_would_reach() -> None:
     assert CountingQueue._super_popleft is FreeBlockQueue.popleft
 
 
-def test_membership_holds_its_blocks_so_no_new_block_takes_a_member_s_id() -> None:
+def test_membership_keeps_member_ids_unique() -> None:
     """A member unlinked by hand and dropped stays held: no new block gets its id or passes."""
     queue, blocks = checked(3)
     dropped = blocks.pop(1)
@@ -284,7 +284,7 @@ def test_iteration_and_listing_run_the_full_check() -> None:
         assert caught.value.invariant == SENTINEL_LINKAGE
 
 
-def test_iteration_stays_live_and_rejects_removing_the_current_block() -> None:
+def test_iteration_live_refuses_current_removal() -> None:
     """Appending during iteration is seen, as in production; removing the current block raises."""
     queue, blocks = checked(2)
     extra = Block()
@@ -315,7 +315,7 @@ def test_contains_answers_from_the_membership() -> None:
 
 
 @pytest.mark.parametrize("period", [None, 0, 7])
-def test_copies_and_pickles_keep_the_period_and_own_their_blocks(period: int | None) -> None:
+def test_copies_keep_period_and_own_blocks(period: int | None) -> None:
     """A deep copy or pickle is a checked queue with the same period, holding its own copies."""
     queue, blocks = checked(3, full_check_every=period)
     for copy in (copy_module.deepcopy(queue), pickle.loads(pickle.dumps(queue))):
@@ -344,7 +344,7 @@ _COUNTED_OPERATIONS: dict[str, Callable[[CheckedFreeBlockQueue[Block], Block], o
 
 
 @pytest.mark.parametrize("operation", _COUNTED_OPERATIONS)
-def test_each_operation_counts_once_toward_the_full_check(operation: str) -> None:
+def test_each_operation_counts_once(operation: str) -> None:
     """With full_check_every=3, the third operation of any kind after a full check runs the next."""
     blocks = [Block() for _ in range(6)]
     queue = CountingQueue(blocks, full_check_every=3)

@@ -42,7 +42,7 @@ def violation_of(
 
 @pytest.mark.parametrize("size", [0, 2])
 @pytest.mark.parametrize("end", ["head", "tail"])
-def test_an_outer_link_to_a_sentinel_of_this_queue_is_named_as_such(size: int, end: str) -> None:
+def test_outer_link_to_own_sentinel_named(size: int, end: str) -> None:
     """A head's back link or a tail's forward link naming either sentinel names it exactly."""
     queue = FreeBlockQueue([Block() for _ in range(size)])
     head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
@@ -68,7 +68,7 @@ def test_an_outer_link_to_a_sentinel_of_this_queue_is_named_as_such(size: int, e
 
 
 @pytest.mark.parametrize("size", [0, 1, 3])
-def test_a_tail_whose_back_link_names_a_sentinel_is_named_as_such(size: int) -> None:
+def test_tail_back_link_to_sentinel_named(size: int) -> None:
     """A tail's back link naming a sentinel it should not is reported with both sentinels named."""
     blocks = [Block() for _ in range(size)]
     queue = FreeBlockQueue(blocks)
@@ -89,7 +89,7 @@ def test_a_tail_whose_back_link_names_a_sentinel_is_named_as_such(size: int) -> 
         )
 
 
-def test_deleted_tail_attribute_and_tail_back_slot_are_named_as_unset() -> None:
+def test_deleted_tail_parts_named_unset() -> None:
     """A deleted tail sentinel attribute and a deleted back slot of the tail read as unset slots."""
     queue = FreeBlockQueue([Block()])
     tail = queue.fake_free_list_tail
@@ -188,7 +188,7 @@ FORWARD_ONLY = ("check_count_consistency", "check_no_duplicates")
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 @pytest.mark.parametrize("checker", sorted(CHECKERS))
-def test_checkers_raise_only_invariant_violation_on_damage(checker: str, damage: str) -> None:
+def test_checkers_raise_only_violations(checker: str, damage: str) -> None:
     """On each damage a checker raises InvariantViolation of its family, or passes, blind to it."""
     blocks = [Block()]
     queue = FreeBlockQueue(blocks)

@@ -63,7 +63,7 @@ def queue_of(size: int) -> tuple[FreeBlockQueue[Block], list[Block]]:
 # ------------------------------------------------------------ the error type
 
 
-def test_invariant_violation_is_a_queue_error_and_an_assertion_error() -> None:
+def test_violation_is_queue_and_assertion_error() -> None:
     """InvariantViolation is caught by ``except QueueError`` and by ``except AssertionError``."""
     error = InvariantViolation("message", SENTINEL_LINKAGE)
     assert isinstance(error, QueueError)
@@ -73,7 +73,7 @@ def test_invariant_violation_is_a_queue_error_and_an_assertion_error() -> None:
     assert (error.clause, error.where, error.what, error.expected, error.found) == (None,) * 5
 
 
-def test_invariant_violation_accepts_only_the_three_families() -> None:
+def test_violation_accepts_only_the_families() -> None:
     """An unknown family name is refused when the error is built."""
     assert INVARIANT_FAMILIES == (SENTINEL_LINKAGE, COUNT_CONSISTENCY, NO_DUPLICATES)
     with pytest.raises(ValueError, match="unknown invariant family"):
@@ -94,7 +94,7 @@ def test_violation_clause_must_be_of_its_family() -> None:
             InvariantViolation("message", family, clause=clause)
 
 
-def test_invariant_violation_survives_pickling_with_its_family() -> None:
+def test_violation_survives_pickling() -> None:
     """A pickled violation comes back with the same message, family and parts."""
     error = InvariantViolation("count is off", COUNT_CONSISTENCY)
     copy = pickle.loads(pickle.dumps(error))
@@ -113,7 +113,7 @@ def test_invariant_violation_survives_pickling_with_its_family() -> None:
 # ------------------------------------------------------------- diagnostics
 
 
-def test_healthy_queues_of_every_small_size_pass_every_checker() -> None:
+def test_healthy_small_queues_pass() -> None:
     """Every checker returns None on healthy queues of 0 to 6 blocks."""
     for size in range(7):
         queue, blocks = queue_of(size)
@@ -122,7 +122,7 @@ def test_healthy_queues_of_every_small_size_pass_every_checker() -> None:
         assert raised(check_detached_outside, queue, [*blocks, Block()]) is None
 
 
-def test_skewed_back_link_diagnostic_names_position_block_expected_and_found() -> None:
+def test_skewed_back_link_diagnostic() -> None:
     """A skewed prev link is reported with its invariant, position, block, expected and found."""
     queue, blocks = queue_of(4)
     blocks[2].prev_free_block = blocks[0]
@@ -138,7 +138,7 @@ def test_skewed_back_link_diagnostic_names_position_block_expected_and_found() -
     )
 
 
-def test_ring_diagnostic_names_the_first_repeated_block_and_the_cycle_length() -> None:
+def test_ring_diagnostic_names_first_repeat() -> None:
     """A ring is reported as no_duplicates at the block met twice, with both positions."""
     queue, blocks = queue_of(6)
     blocks[5].next_free_block = blocks[2]
@@ -151,7 +151,7 @@ def test_ring_diagnostic_names_the_first_repeated_block_and_the_cycle_length() -
         assert (violation.found or "").startswith("the same block at position 3 (a cycle of 4 ")
 
 
-def test_count_diagnostic_gives_the_walked_length_and_the_stored_count() -> None:
+def test_count_diagnostic_gives_both_numbers() -> None:
     """A count that is too low is reported with the real length, found by a second walk."""
     queue, _ = queue_of(5)
     queue.num_free_blocks = 2
@@ -162,7 +162,7 @@ def test_count_diagnostic_gives_the_walked_length_and_the_stored_count() -> None
         assert "expected 5 (the blocks between the sentinels), found 2" in str(violation)
 
 
-def test_a_foreign_sentinel_is_named_as_another_queue_s() -> None:
+def test_foreign_sentinel_named_as_another_s() -> None:
     """A link into another queue's sentinel is sentinel_linkage naming that sentinel."""
     queue, blocks = queue_of(2)
     other, _ = queue_of(1)
@@ -200,7 +200,7 @@ UNWRITABLE = "this build's typed slots refuse the value, so the damage cannot ha
 @pytest.mark.parametrize(
     "value", [None, 7, "text", 2.5, _NotABlock(), object()], ids=lambda v: type(v).__name__
 )
-def test_checkers_reject_any_non_block_in_a_link_with_sentinel_linkage(value: object) -> None:
+def test_non_block_link_is_sentinel_linkage(value: object) -> None:
     """Any non-block in a link gives sentinel_linkage from every checker, never another error."""
     for link in ("prev_free_block", "next_free_block"):
         queue, blocks = queue_of(3)
@@ -217,7 +217,7 @@ def test_checkers_reject_any_non_block_in_a_link_with_sentinel_linkage(value: ob
                 assert violation.invariant == SENTINEL_LINKAGE
 
 
-def test_checkers_treat_a_deleted_link_slot_as_a_broken_link() -> None:
+def test_deleted_link_slot_is_broken_link() -> None:
     """A link slot deleted with ``del`` is reported as an unset link, not an AttributeError."""
     try:
         del Block().next_free_block
@@ -239,7 +239,7 @@ def test_checkers_treat_a_deleted_link_slot_as_a_broken_link() -> None:
     assert violation.invariant == SENTINEL_LINKAGE
 
 
-def test_checkers_reject_a_queue_whose_sentinels_were_replaced() -> None:
+def test_replaced_sentinels_rejected() -> None:
     """A queue whose sentinel attribute holds no sentinel, or the same one twice, is flagged."""
     for value in (None, Block(), 3):
         queue, _ = queue_of(2)
@@ -255,7 +255,7 @@ def test_checkers_reject_a_queue_whose_sentinels_were_replaced() -> None:
 
 
 @pytest.mark.parametrize("count", [-1, None, "2", 2.0, True])
-def test_checkers_reject_a_count_that_is_not_a_count(count: object) -> None:
+def test_count_that_is_no_count_rejected(count: object) -> None:
     """A negative or non-int count is count_consistency for the checkers that read it."""
     queue, _ = queue_of(2)
     if not _writes(queue, "num_free_blocks", count):
@@ -276,7 +276,7 @@ class _LoudRepr(Block):
         raise RuntimeError("repr failed")
 
 
-def test_a_block_whose_repr_raises_still_gets_a_diagnostic() -> None:
+def test_raising_repr_still_gets_diagnostic() -> None:
     """The diagnostic falls back to type and identity when a block's repr raises."""
     blocks = [_LoudRepr(), _LoudRepr()]
     queue = FreeBlockQueue(blocks)
@@ -286,7 +286,7 @@ def test_a_block_whose_repr_raises_still_gets_a_diagnostic() -> None:
     assert f"<_LoudRepr at {id(blocks[1]):#x}>" in str(violation)
 
 
-def test_checkers_end_on_a_long_ring_and_a_long_chain_without_recursion() -> None:
+def test_checkers_end_on_long_ring_and_chain() -> None:
     """A 20,000-block queue passes, and a ring closing at its far end is found, no recursion."""
     queue, blocks = queue_of(20_000)
     for checker in CHECKERS:
@@ -300,7 +300,7 @@ def test_checkers_end_on_a_long_ring_and_a_long_chain_without_recursion() -> Non
         assert raised(checker, queue) is not None
 
 
-def test_a_chain_that_runs_into_another_queue_is_flagged_by_every_checker() -> None:
+def test_chain_into_another_queue_flagged() -> None:
     """A link into the middle of another queue is caught even though that queue ends properly."""
     queue, blocks = queue_of(3)
     other, other_blocks = queue_of(3)
@@ -379,7 +379,7 @@ def test_checkers_never_call_a_block_s_eq_or_hash() -> None:
     assert TRIPPED == []
 
 
-def test_check_mode_never_calls_a_block_s_eq_or_hash() -> None:
+def test_check_mode_never_calls_eq_or_hash() -> None:
     """Check-mode operations, their rejections and their full checks never touch == or hash."""
     TRIPPED.clear()
     blocks = [Tripwire() for _ in range(6)]
@@ -494,14 +494,14 @@ def _random_workload(
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_no_false_positive_after_a_long_random_workload(seed: int) -> None:
+def test_no_false_positive_on_long_workload(seed: int) -> None:
     """Healthy queues are never flagged by any checker through 3,000 random operations each."""
     for checker in CHECKERS:
         assert _random_workload(seed, 3_000, checked=False, check=checker) == 6_000
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_no_false_positive_in_check_mode_after_a_long_random_workload(seed: int) -> None:
+def test_no_false_positive_in_check_mode(seed: int) -> None:
     """Check mode, with frequent full checks, never flags a queue used correctly."""
     assert _random_workload(seed, 3_000, checked=True) == 6_000
 
@@ -512,7 +512,7 @@ def test_no_false_positive_on_generated_workloads(seed: int, checked: bool) -> N
     _random_workload(seed, 200, checked=checked)
 
 
-def test_the_diagnostic_format_is_stable() -> None:
+def test_message_is_built_from_fields() -> None:
     """Every violation's message is 'CLAUSE (family) broken at WHERE: WHAT: expected X, found Y'."""
 
     def shape(violation: InvariantViolation) -> str:
@@ -546,7 +546,7 @@ def test_the_diagnostic_format_is_stable() -> None:
         assert INVARIANT_FAMILY[violation.clause] == violation.invariant
 
 
-# ------------------------------------------------ every diagnostic, word for word
+# ------------------------------------------------ every diagnostic, part by part
 
 
 WALK = "of the forward walk (head = 0)"
@@ -559,8 +559,8 @@ def _message(checker: Callable[..., None], *args: object) -> tuple[str, tuple[st
     return violation.invariant, parts(violation)
 
 
-def test_every_linkage_diagnostic_word_for_word() -> None:
-    """Each place I1 can break is reported with its exact message by the checkers that see it."""
+def test_every_linkage_diagnostic() -> None:
+    """Each place I1 can break is reported with its exact parts by the checkers that see it."""
     queue, blocks = queue_of(3)
     head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
     b0, b1, b2 = blocks
@@ -666,7 +666,7 @@ def test_every_linkage_diagnostic_word_for_word() -> None:
     )
 
 
-def test_the_queue_s_own_attributes_word_for_word() -> None:
+def test_queue_attribute_diagnostics() -> None:
     """A sentinel attribute that holds no sentinel, or the head twice, is named exactly."""
     queue, _ = queue_of(1)
     if not _writes(queue, "fake_free_list_tail", None):
@@ -698,7 +698,7 @@ def test_the_queue_s_own_attributes_word_for_word() -> None:
     )
 
 
-def test_every_duplicate_diagnostic_word_for_word() -> None:
+def test_every_duplicate_diagnostic() -> None:
     """A self-loop and a longer ring name the block met twice, both positions and the cycle."""
     queue, blocks = queue_of(3)
     b0, b1, b2 = blocks
@@ -741,7 +741,7 @@ def test_every_duplicate_diagnostic_word_for_word() -> None:
     assert _message(check_count_consistency, queue)[1] == _message(check_no_duplicates, queue)[1]
 
 
-def test_every_detached_outside_diagnostic_word_for_word() -> None:
+def test_detached_outside_diagnostics() -> None:
     """A pool block outside the queue with a link set is named with its index and both links."""
     queue, blocks = queue_of(2)
     outsider = Block()
@@ -782,7 +782,7 @@ def test_every_detached_outside_diagnostic_word_for_word() -> None:
     ("count", "shown"),
     [(-1, "-1"), (True, "True"), (None, "None"), (2.0, "a non-block <float object at ")],
 )
-def test_every_count_diagnostic_word_for_word(count: object, shown: str) -> None:
+def test_every_count_diagnostic(count: object, shown: str) -> None:
     """A count that is no count, or the wrong one, is reported exactly, by both checkers."""
     queue, _ = queue_of(2)
     if not _writes(queue, "num_free_blocks", count):
@@ -826,7 +826,7 @@ def test_describe_names_each_kind_of_value() -> None:
     assert describe(loud) == f"<_LoudRepr at {id(loud):#x}>"
 
 
-def test_is_block_takes_any_object_with_both_links_and_nothing_less() -> None:
+def test_is_block_needs_both_links() -> None:
     """An object with both link attributes is a block; with one, or none, it is not."""
 
     class BothLinks:
@@ -882,7 +882,7 @@ def _damages_of_every_kind() -> dict[str, Callable[[FreeBlockQueue[Block], list[
 
 
 @pytest.mark.parametrize("damage", list(_damages_of_every_kind()))
-def test_only_invariant_violation_escapes_any_checker_on_any_damage(damage: str) -> None:
+def test_only_violations_escape_checkers(damage: str) -> None:
     """Each kind of damage makes every checker return or raise InvariantViolation, nothing else."""
     queue, blocks = queue_of(3)
     try:
@@ -898,7 +898,7 @@ def test_only_invariant_violation_escapes_any_checker_on_any_damage(damage: str)
     assert violation.invariant in INVARIANT_FAMILIES
 
 
-def test_a_pool_block_with_a_deleted_slot_outside_the_queue_is_not_detached() -> None:
+def test_outsider_with_deleted_slot_not_detached() -> None:
     """A pool block outside the queue with a deleted link slot is reported, not deemed detached."""
     for link, found in (
         ("prev_free_block", "prev_free_block an unset link slot, next_free_block None"),
@@ -916,7 +916,7 @@ def test_a_pool_block_with_a_deleted_slot_outside_the_queue_is_not_detached() ->
             assert message[3:] == ("both None (detached)", found), message
 
 
-def test_a_count_holding_a_sentinel_names_whose_sentinel_it_is() -> None:
+def test_sentinel_count_names_whose_sentinel() -> None:
     """A sentinel written into the count is named as this queue's head or tail, or another's."""
     queue, _ = queue_of(1)
     other = FreeBlockQueue[Block]().fake_free_list_head
@@ -934,8 +934,8 @@ def test_a_count_holding_a_sentinel_names_whose_sentinel_it_is() -> None:
             )
 
 
-def test_the_forward_walks_name_the_head_and_unset_slots_word_for_word() -> None:
-    """Every walk names the head at position 0, and an unset next slot, word for word."""
+def test_forward_walks_name_head_and_unset() -> None:
+    """Every walk names the head at position 0, and an unset next slot, part by part."""
     queue, blocks = queue_of(2)
     other = FreeBlockQueue[Block]().fake_free_list_tail
     head = queue.fake_free_list_head
