@@ -184,7 +184,7 @@ def invariants(heap: Heap, ghost: Ghost) -> list[tuple[str, Any]]:
             ),
         ),
         (
-            "I3: no sentinel between the sentinels",
+            "I1: no sentinel between the sentinels",
             _forall(
                 [i],
                 z3.Implies(z3.And(i >= 1, i <= n), z3.Not(IS_SENTINEL(at[i]))),

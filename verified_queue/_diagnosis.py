@@ -2,12 +2,13 @@
 
 ``CheckedFreeBlockQueue``'s operations test the healthy case with inline conditions
 and call one of these functions only when a condition fails; each finds the exact
-fault (the invariant family, where, what it read, what it expected) and raises, or
+fault (the invariant, where, what it read, what it expected) and raises, or
 returns, the :class:`~verified_queue.errors.QueueError` to raise. None runs on the
 happy path, so keeping them apart from the operations costs nothing.
 
-The families are those of ``verified_queue.invariants``; a docstring's ``(1)``,
-``(2)``, ``(3)`` names them in that module's numbering.
+A docstring's I1, I2, I3 is the invariant of ``verified_queue.queue`` it finds
+broken. Check mode reads I3 (no block in two queues at once) through its
+membership: a block in the chain that this queue did not link breaks it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ from verified_queue._messages import can_link, not_a_block, not_linked
 from verified_queue.block import Block, Sentinel
 from verified_queue.errors import InvariantViolation, NotInQueueError, QueueError
 from verified_queue.invariants import (
-    COUNT_CONSISTENCY,
-    NO_DUPLICATES,
     NO_LINK,
-    SENTINEL_LINKAGE,
     describe,
     is_block,
     violation,
@@ -57,7 +55,7 @@ def damaged(queue: CheckedFreeBlockQueue[Any], where: str, error: Exception) -> 
     except QueueError as found:
         return found
     return violation(
-        SENTINEL_LINKAGE,
+        "I1",
         where,
         "the links and the count the operation read",
         "blocks, sentinels and an int",
@@ -72,7 +70,7 @@ def unexplained(where: str) -> InvariantViolation:
     still reported as a violation, so that check mode raises only ``QueueError``.
     """
     return violation(
-        SENTINEL_LINKAGE,
+        "I1",
         where,
         "the links and the count an O(1) check read",
         "a fault its diagnosis can name",
@@ -81,7 +79,7 @@ def unexplained(where: str) -> InvariantViolation:
 
 
 def expect_joined(queue: CheckedFreeBlockQueue[Any], before: Any, after: Any, where: str) -> None:
-    """(1): a batch's junction with the old chain links both ways.
+    """I1: a batch's junction with the old chain links both ways.
 
     ``before`` and ``after`` are blocks or sentinels: the start-of-operation
     checks passed on the end they come from.
@@ -90,7 +88,7 @@ def expect_joined(queue: CheckedFreeBlockQueue[Any], before: Any, after: Any, wh
         head = queue.fake_free_list_head
         tail = queue.fake_free_list_tail
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             where,
             f"the links between {describe(before, head)} "  # the head or a block
             f"and {describe(after, tail=tail)}",  # a block or the tail
@@ -103,9 +101,9 @@ def expect_joined(queue: CheckedFreeBlockQueue[Any], before: Any, after: Any, wh
 def not_taken_from_here(
     queue: CheckedFreeBlockQueue[Any], block: object, where: str
 ) -> InvariantViolation:
-    """(3): the base class handed out something that was not one of this queue's blocks."""
+    """I3: the base class handed out something that was not one of this queue's blocks."""
     return violation(
-        NO_DUPLICATES,
+        "I3",
         where,
         "a block the operation returned",
         "one of this queue's blocks",
@@ -114,16 +112,16 @@ def not_taken_from_here(
 
 
 def expect_count(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
-    """(2): ``num_free_blocks`` equals the membership's size (a deleted count reads None).
+    """I2: ``num_free_blocks`` equals the membership's size (a deleted count reads None).
 
     Called only once an inline test has found the count wrong, so it always raises.
     """
     count = getattr(queue, "num_free_blocks", None)
     if count.__class__ is not int:
-        raise violation(COUNT_CONSISTENCY, where, "num_free_blocks", "an int", describe(count))
+        raise violation("I2", where, "num_free_blocks", "an int", describe(count))
     if count != len(queue._members):
         raise violation(
-            COUNT_CONSISTENCY,
+            "I2",
             where,
             "num_free_blocks",
             f"{len(queue._members)} (the blocks this queue holds)",
@@ -133,21 +131,21 @@ def expect_count(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
 
 
 def check_front(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
-    """(1), (2): find the fault an inline test of the front found, walking from the head.
+    """I1, I2: find the fault an inline test of the front found, walking from the head.
 
     Each node must be a member whose back link names the node before it, up
     to the tail, which must have no successor and follow exactly the
     members. Called only once an inline test of the first blocks has failed,
     so it always raises, at the first fault, which is no further than the
     blocks that test read. The walk needs no bound: while the back links
-    agree, no member can come round twice (the argument of invariant (1) in
+    agree, no member can come round twice (the argument of the linkage walk in
     ``verified_queue.invariants``).
     """
     head = queue.fake_free_list_head
     tail = queue.fake_free_list_tail
     if head.prev_free_block is not None:
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             where,
             f"prev_free_block of {describe(head, head)}",
             NO_LINK,
@@ -165,7 +163,7 @@ def check_front(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
     if tail.next_free_block is not None:
         # popleft tells an empty queue by the tail's missing successor.
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             where,
             f"next_free_block of {describe(tail, tail=tail)}",
             NO_LINK,
@@ -174,7 +172,7 @@ def check_front(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
     if position - 1 != len(queue._members):
         # The links agree up to the tail, but the chain is not the membership.
         raise violation(
-            COUNT_CONSISTENCY,
+            "I2",
             f"{where}, position {position} of the forward walk (head = 0)",
             "num_free_blocks",
             f"{position - 1} (the walk reached the tail)",
@@ -186,11 +184,11 @@ def check_front(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
 def expect_linked_member(
     queue: CheckedFreeBlockQueue[Any], node: object, previous: Block, position: int, where: str
 ) -> None:
-    """(1): ``node``, the successor of ``previous``, is a member linking back to it."""
+    """I1: ``node``, the successor of ``previous``, is a member linking back to it."""
     if not queue._is_member(node):
         head = queue.fake_free_list_head
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             f"{where}, position {position} of the forward walk (head = 0)",
             f"next_free_block of {describe(previous, head)}",  # the head or a member
             "one of this queue's blocks or its tail",
@@ -201,7 +199,7 @@ def expect_linked_member(
         head = queue.fake_free_list_head
         tail = queue.fake_free_list_tail
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             f"{where}, position {position} of the forward walk (head = 0)",
             f"prev_free_block of {describe(node)}",  # a member
             describe(previous, head),  # the head or a member
@@ -210,7 +208,7 @@ def expect_linked_member(
 
 
 def check_back(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
-    """(1), (2): check the tail and the block before it, in O(1).
+    """I1, I2: check the tail and the block before it, in O(1).
 
     Called only once an inline test has found the back end wrong, so it always raises.
     """
@@ -232,7 +230,7 @@ def check_back(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
     elif last is head and queue._members:
         # A member before the tail needs no count test here: it proves members exist.
         raise violation(
-            COUNT_CONSISTENCY,
+            "I2",
             f"{where}, the tail sentinel",
             "num_free_blocks",
             "0 (the tail follows the head)",
@@ -241,7 +239,7 @@ def check_back(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
     else:
         raise unexplained(where)
     raise violation(
-        SENTINEL_LINKAGE,
+        "I1",
         f"{where}, the tail sentinel",
         f"{what} of {describe(tail, tail=tail)}",
         expected,
@@ -250,7 +248,7 @@ def check_back(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
 
 
 def check_around(queue: CheckedFreeBlockQueue[Any], block: Block, where: str) -> None:
-    """(1): a member's two neighbours are this queue's and link back to it.
+    """I1: a member's two neighbours are this queue's and link back to it.
 
     Called only once an inline test has found one of them wrong, so it always raises.
     """
@@ -264,7 +262,7 @@ def check_around(queue: CheckedFreeBlockQueue[Any], block: Block, where: str) ->
     ):
         if neighbour is not end and not queue._is_member(neighbour):
             raise violation(
-                SENTINEL_LINKAGE,
+                "I1",
                 where,
                 f"{side} of {describe(block)}",  # a member
                 "one of this queue's blocks or its sentinel",
@@ -273,7 +271,7 @@ def check_around(queue: CheckedFreeBlockQueue[Any], block: Block, where: str) ->
         back_link = getattr(neighbour, back)  # a member or a sentinel: a Block
         if back_link is not block:
             raise violation(
-                SENTINEL_LINKAGE,
+                "I1",
                 where,
                 f"{back} of {describe(neighbour, head, tail)}, the {side} of {describe(block)}",
                 describe(block),
@@ -283,10 +281,10 @@ def check_around(queue: CheckedFreeBlockQueue[Any], block: Block, where: str) ->
 
 
 def reject_cleared_member(queue: CheckedFreeBlockQueue[Any], block: Any, where: str) -> None:
-    """(1): a member whose links outside code cleared must not be linked a second time."""
+    """I1: a member whose links outside code cleared must not be linked a second time."""
     if block.prev_free_block is None and block.next_free_block is None and queue._is_member(block):
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             where,
             f"the links of {describe(block)}, one of this queue's blocks",
             "both set",
@@ -315,7 +313,7 @@ def not_a_member(
     ):
         # Linked into this queue's chain, but never by this queue.
         return violation(
-            NO_DUPLICATES,
+            "I3",
             f"the start of {operation}",
             f"membership of {describe(block)}",
             "a block this queue linked itself",

@@ -127,4 +127,5 @@ def lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
         f"{operation}(): the {sentinel} sentinel's {link} is not a block (I1 broken by outside "
         "code); nothing was changed",
         invariant="sentinel_linkage",
+        clause="I1",
     )

@@ -43,8 +43,6 @@ from verified_queue._messages import count_argument
 from verified_queue.block import Block, Linkable
 from verified_queue.errors import NotInQueueError, QueueError
 from verified_queue.invariants import (
-    NO_DUPLICATES,
-    SENTINEL_LINKAGE,
     check_invariants,
     describe,
     violation,
@@ -190,7 +188,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         >>> queue.full_check()  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        verified_queue.errors.InvariantViolation: invariant 1 (sentinel_linkage) broken at posi...
+        verified_queue.errors.InvariantViolation: I1 (sentinel_linkage) broken at position 1...
         """
         check_invariants(self)
         members = self._members
@@ -204,7 +202,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         while block is not tail:
             if id(block) not in members:
                 raise violation(
-                    NO_DUPLICATES,
+                    "I3",
                     f"position {position} of the forward walk (head = 0)",
                     f"membership of {describe(block)}",
                     "a block this queue linked itself",
@@ -408,7 +406,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise _diagnosis.damaged(self, "popleft()", error) from error
 
     def _front_is_sound(self, steps: int) -> bool:
-        """(1), (2): the first ``steps`` blocks and the node after them are sound, in O(steps).
+        """I1, I2: the first ``steps`` blocks and the node after them are sound, in O(steps).
 
         The inline test of ``_check_front``'s walk, stopped after ``steps + 1`` nodes.
         """
@@ -494,7 +492,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             del members[block_id]
             if before.next_free_block is not after or after.prev_free_block is not before:  # type: ignore[union-attr]  # checked
                 raise violation(
-                    SENTINEL_LINKAGE,
+                    "I1",
                     "the end of remove()",
                     f"the links between {describe(before)} and {describe(after)}",
                     "each naming the other",
@@ -509,7 +507,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             raise _diagnosis.damaged(self, "remove()", error) from error
 
     def _back_is_sound(self) -> bool:
-        """(1), (2): the tail ends the chain after a member, or after the head when empty."""
+        """I1, I2: the tail ends the chain after a member, or after the head when empty."""
         tail = self.fake_free_list_tail
         last = tail.prev_free_block
         if id(last) in self._members:
@@ -549,7 +547,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members[block_id] = block
             if tail.prev_free_block is not block:
                 raise violation(
-                    SENTINEL_LINKAGE,
+                    "I1",
                     "the end of append(), the tail sentinel",
                     f"prev_free_block of {describe(tail, tail=tail)}",
                     f"the appended {describe(block)}",

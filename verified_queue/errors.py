@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "INVARIANT_FAMILIES",
+    "INVARIANT_FAMILY",
     "AlreadyInQueueError",
     "EmptyQueueError",
     "InvariantViolation",
@@ -48,9 +49,20 @@ class WrongTypeError(QueueError, TypeError):
     """An argument is not of a type the operation takes: not a block, or a count that is no int."""
 
 
-#: The names an :class:`InvariantViolation` may carry in ``.invariant``, in the
-#: order of the numbered definitions in ``verified_queue.invariants``.
+#: The names an :class:`InvariantViolation` may carry in ``.invariant``.
 INVARIANT_FAMILIES = ("sentinel_linkage", "count_consistency", "no_duplicates")
+
+#: The one map between the two vocabularies: each invariant of ``verified_queue.queue``
+#: (I1..I5, defined in its module docstring) that a checker can find broken, and the
+#: family it is reported under. Messages cite both, as in ``I4 (no_duplicates)``. I5
+#: (blocks compared by identity only) is a property of code, not of a state, so no
+#: checker reports it.
+INVARIANT_FAMILY = {
+    "I1": "sentinel_linkage",  # the sentinels bracket a chain of blocks whose links agree
+    "I2": "count_consistency",  # num_free_blocks counts the blocks between the sentinels
+    "I3": "no_duplicates",  # no block twice in the chain, nor in two queues at once
+    "I4": "no_duplicates",  # a block in no queue is detached
+}
 
 
 class InvariantViolation(QueueError, AssertionError):
@@ -62,22 +74,68 @@ class InvariantViolation(QueueError, AssertionError):
     ``QueueError`` so one ``except QueueError`` catches everything the package
     raises.
 
+    A checker's violation also carries its parts: ``clause``, the invariant
+    broken (``"I1"`` to ``"I4"``, see :data:`INVARIANT_FAMILY`); ``where``, the
+    place (a position in a walk, a sentinel, an operation); ``what``, the value
+    looked at; and ``expected`` and ``found``. Its message is built from them,
+    so code that inspects a violation reads the fields, not the wording. A
+    violation built from a message has ``None`` in each part it was not given.
+
     >>> error = InvariantViolation("count is 3, walk found 2", invariant="count_consistency")
-    >>> error.invariant, str(error)
-    ('count_consistency', 'count is 3, walk found 2')
+    >>> error.invariant, str(error), error.where
+    ('count_consistency', 'count is 3, walk found 2', None)
     """
 
     invariant: str
+    clause: str | None
+    where: str | None
+    what: str | None
+    expected: str | None
+    found: str | None
 
-    def __init__(self, message: str, invariant: str) -> None:
-        """Record ``message`` and the family name ``invariant`` (one of ``INVARIANT_FAMILIES``)."""
+    def __init__(
+        self,
+        message: str,
+        invariant: str,
+        *,
+        clause: str | None = None,
+        where: str | None = None,
+        what: str | None = None,
+        expected: str | None = None,
+        found: str | None = None,
+    ) -> None:
+        """Record ``message``, the family ``invariant`` and, if given, the parts of the message.
+
+        Raises ``ValueError`` unless ``invariant`` is one of
+        :data:`INVARIANT_FAMILIES` and ``clause``, if given, is an invariant of
+        that family in :data:`INVARIANT_FAMILY`.
+        """
         if invariant not in INVARIANT_FAMILIES:
             raise ValueError(
                 f"unknown invariant family {invariant!r}; expected {INVARIANT_FAMILIES}"
             )
+        if clause is not None and INVARIANT_FAMILY.get(clause) != invariant:
+            raise ValueError(
+                f"clause {clause!r} is not an invariant of the family {invariant!r}; "
+                f"see INVARIANT_FAMILY: {INVARIANT_FAMILY}"
+            )
         super().__init__(message)
         self.invariant = invariant
+        self.clause = clause
+        self.where = where
+        self.what = what
+        self.expected = expected
+        self.found = found
 
-    def __reduce__(self) -> tuple[type[InvariantViolation], tuple[str, str]]:
-        """Pickle with the family too, so a worker process can re-raise it in its parent."""
-        return type(self), (str(self), self.invariant)
+    def __reduce__(
+        self,
+    ) -> tuple[type[InvariantViolation], tuple[str, str], dict[str, str | None]]:
+        """Pickle with the family and the parts, so a worker process can re-raise it whole."""
+        parts = {
+            "clause": self.clause,
+            "where": self.where,
+            "what": self.what,
+            "expected": self.expected,
+            "found": self.found,
+        }
+        return type(self), (str(self), self.invariant), parts

@@ -1,20 +1,21 @@
 """O(n) checkers for the structure of a :class:`FreeBlockQueue`; they end on any damage.
 
-Invariants (cited as (1), (2), (3) in the code below; they restate I1..I4 of
-``verified_queue.queue`` in the form a checker tests them, and
-``InvariantViolation.invariant`` carries the family name):
+The checkers test I1 to I4 of ``verified_queue.queue``, restated below in the form
+a checker tests them; ``InvariantViolation.invariant`` carries the family each
+is reported under (the map is ``verified_queue.errors.INVARIANT_FAMILY``), and
+``InvariantViolation.clause`` the I-number:
 
-(1) ``sentinel_linkage``: the head sentinel's ``prev_free_block`` is ``None``
-    and the tail's ``next_free_block`` is ``None``; following
-    ``next_free_block`` from this queue's head reaches this queue's tail; for
-    every adjacent pair ``a -> b``, ``b.prev_free_block is a``; no sentinel (of
-    this or any other queue) appears between the two; a walk backwards from
-    the tail meets the same blocks in reverse.
-(2) ``count_consistency``: ``num_free_blocks`` equals the number of blocks
-    between the sentinels.
-(3) ``no_duplicates``: no block appears twice between the sentinels, and a
-    block of the queue's pool that is not in the queue is detached (both links
-    ``None``; see :func:`check_detached_outside`).
+I1 ``sentinel_linkage``: the head sentinel's ``prev_free_block`` is ``None``
+   and the tail's ``next_free_block`` is ``None``; following
+   ``next_free_block`` from this queue's head reaches this queue's tail; for
+   every adjacent pair ``a -> b``, ``b.prev_free_block is a``; no sentinel (of
+   this or any other queue) appears between the two; a walk backwards from
+   the tail meets the same blocks in reverse.
+I2 ``count_consistency``: ``num_free_blocks`` equals the number of blocks
+   between the sentinels.
+I3 ``no_duplicates``: no block appears twice between the sentinels.
+I4 ``no_duplicates``: a block of the queue's pool that is not in the queue is
+   detached (both links ``None``; see :func:`check_detached_outside`).
 
 How the checkers stay total
 ---------------------------
@@ -27,18 +28,18 @@ a checker either returns ``None`` or raises :class:`InvariantViolation`, never
 damage of another family stops its walk (a cleared link stops the count), it
 raises that family's violation instead of guessing.
 
-* The linkage walk (1) needs no bound of its own: while every back link it has
+* The linkage walk (I1) needs no bound of its own: while every back link it has
   met agrees, no block can come round twice, because a block met at steps
   ``i < j`` has one predecessor, so steps ``i - 1`` and ``j - 1`` hold the same
   block, and so on down to the head appearing inside the walk, which the
   sentinel test rejects first. A cycle therefore shows as a disagreeing back
   link where it closes, at most ``n + 1`` steps in. The same argument makes
-  the backward walk of (1) redundant: it follows exactly the back links the
+  the backward walk of I1 redundant: it follows exactly the back links the
   forward walk has checked, so it meets the same blocks in reverse.
-* The duplicate walk (3) follows ``next_free_block`` alone, so it detects
+* The duplicate walk (I3) follows ``next_free_block`` alone, so it detects
   cycles with Brent's algorithm: O(n) time, O(1) memory, which matters for a
   million-block pool checked in a serving process.
-* The count walk (2) stops after ``num_free_blocks + 1`` blocks; only then does
+* The count walk (I2) stops after ``num_free_blocks + 1`` blocks; only then does
   it walk again to tell an overlong chain from a cycle.
 
 Blocks are compared by identity only (``is``); no checker calls a block's
@@ -53,7 +54,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from verified_queue.block import LINK_FIELDS, Block, Sentinel
-from verified_queue.errors import InvariantViolation
+from verified_queue.errors import INVARIANT_FAMILY, InvariantViolation
 
 __all__ = [
     "COUNT_CONSISTENCY",
@@ -74,8 +75,6 @@ SENTINEL_LINKAGE: Final = "sentinel_linkage"
 COUNT_CONSISTENCY: Final = "count_consistency"
 NO_DUPLICATES: Final = "no_duplicates"
 
-_NUMBER: Final = {SENTINEL_LINKAGE: 1, COUNT_CONSISTENCY: 2, NO_DUPLICATES: 3}
-
 
 class _Unset:
     """The value a link read yields when the slot was deleted or the object has no links."""
@@ -92,22 +91,28 @@ _UNSET: Final = _Unset()
 NO_LINK: Final = "None"
 
 
-def violation(family: str, where: str, what: str, expected: str, found: str) -> InvariantViolation:
-    """Build the violation of ``family`` with the message every checker uses.
+def violation(clause: str, where: str, what: str, expected: str, found: str) -> InvariantViolation:
+    """Build the violation of invariant ``clause`` (``"I1"`` to ``"I4"``) with its parts.
 
-    The message names the invariant, the place (``where``: a position in a
-    walk, or a sentinel), the value looked at (``what``), and what was
-    expected versus found.
+    The message cites the invariant and its family, then the place
+    (``where``: a position in a walk, or a sentinel), the value looked at
+    (``what``), and what was expected versus found; the violation carries
+    each part as a field of the same name.
 
     Runtime complexity: O(1)
 
-    >>> str(violation(COUNT_CONSISTENCY, "the tail", "num_free_blocks", "2", "3"))
-    'invariant 2 (count_consistency) broken at the tail: num_free_blocks: expected 2, found 3'
+    >>> str(violation("I2", "the tail", "num_free_blocks", "2", "3"))
+    'I2 (count_consistency) broken at the tail: num_free_blocks: expected 2, found 3'
     """
+    family = INVARIANT_FAMILY[clause]
     return InvariantViolation(
-        f"invariant {_NUMBER[family]} ({family}) broken at {where}: {what}: "
-        f"expected {expected}, found {found}",
+        f"{clause} ({family}) broken at {where}: {what}: expected {expected}, found {found}",
         family,
+        clause=clause,
+        where=where,
+        what=what,
+        expected=expected,
+        found=found,
     )
 
 
@@ -159,25 +164,23 @@ def _at(position: int) -> str:
 
 
 def _ends(queue: Any) -> tuple[Sentinel, Sentinel]:
-    """Return the queue's two sentinels after checking they are two distinct sentinels (1)."""
+    """Return the queue's two sentinels after checking they are two distinct sentinels (I1)."""
     head = getattr(queue, "fake_free_list_head", _UNSET)
     tail = getattr(queue, "fake_free_list_tail", _UNSET)
     for name, end in (("fake_free_list_head", head), ("fake_free_list_tail", tail)):
         if not isinstance(end, Sentinel):
-            raise violation(SENTINEL_LINKAGE, "the queue", name, "a Sentinel", describe(end))
+            raise violation("I1", "the queue", name, "a Sentinel", describe(end))
     if head is tail:
-        raise violation(
-            SENTINEL_LINKAGE, "the queue", "fake_free_list_tail", "a second sentinel", "the head"
-        )
+        raise violation("I1", "the queue", "fake_free_list_tail", "a second sentinel", "the head")
     return head, tail  # type: ignore[return-value]  # both passed isinstance(_, Sentinel) above
 
 
 def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
-    """(1): nothing precedes the head and nothing follows the tail."""
+    """I1: nothing precedes the head and nothing follows the tail."""
     before_head: object = getattr(head, "prev_free_block", _UNSET)  # _UNSET: a deleted slot
     if before_head is not None:
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             "the head sentinel",
             f"prev_free_block of {describe(head, head)}",
             NO_LINK,
@@ -186,7 +189,7 @@ def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
     after_tail: object = getattr(tail, "next_free_block", _UNSET)  # _UNSET: a deleted slot
     if after_tail is not None:
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             "the tail sentinel",
             f"next_free_block of {describe(tail, tail=tail)}",
             NO_LINK,
@@ -195,14 +198,14 @@ def _check_outer_links(head: Sentinel, tail: Sentinel) -> None:
 
 
 def _reject_non_block(node: object, previous: object, position: int, head: Block) -> None:
-    """(1): the node reached at ``position`` must be a block that is not a sentinel.
+    """I1: the node reached at ``position`` must be a block that is not a sentinel.
 
     Only the head is passed to name sentinels: the walk stops at this queue's
     tail before it gets here, and ``previous`` is the head or a block.
     """
     if isinstance(node, Sentinel) or not is_block(node):
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             _at(position),
             f"next_free_block of {describe(previous, head)} (position {position - 1})",
             "a block or this queue's tail sentinel",
@@ -227,10 +230,10 @@ def _first_position(head: Block, block: object, limit: int) -> int:
 def _linked_length(
     queue: Any, classify_repeats: bool = False, members: set[int] | None = None
 ) -> int:
-    """Walk the queue checking (1) and return the number of blocks between the sentinels.
+    """Walk the queue checking I1 and return the number of blocks between the sentinels.
 
     With ``classify_repeats``, a back link that disagrees because the walk has
-    come round to a block it already met is reported as (3) rather than (1).
+    come round to a block it already met is reported as I3 rather than I1.
     ``members``, if given, receives the ``id()`` of every block walked.
     """
     head, tail = _ends(queue)
@@ -249,7 +252,7 @@ def _linked_length(
             if first:
                 raise _repeat(node, first, position)
             raise violation(
-                SENTINEL_LINKAGE,
+                "I1",
                 _at(position),
                 f"prev_free_block of {describe(node)}",  # a block, checked above
                 f"{describe(previous, head)} (position {position - 1})",  # the head or a block
@@ -266,7 +269,7 @@ def _linked_length(
     before_tail: object = getattr(tail, "prev_free_block", _UNSET)  # _UNSET: a deleted slot
     if before_tail is not previous:
         raise violation(
-            SENTINEL_LINKAGE,
+            "I1",
             _at(position),
             f"prev_free_block of {describe(tail, tail=tail)}",
             f"{describe(previous, head)} (position {position - 1})",  # the head or a block
@@ -276,12 +279,12 @@ def _linked_length(
 
 
 def _repeat(block: object, first: int, again: int) -> InvariantViolation:
-    """(3): ``block`` met at ``first`` and again at ``again`` on the forward walk.
+    """I3: ``block`` met at ``first`` and again at ``again`` on the forward walk.
 
     ``block`` is one the walk accepted, so never a sentinel: it is named by its own ``repr``.
     """
     return violation(
-        NO_DUPLICATES,
+        "I3",
         _at(again),
         f"{describe(block)} met a second time",
         "every block once, then the tail",
@@ -293,8 +296,8 @@ def _repeat(block: object, first: int, again: int) -> InvariantViolation:
 def _forward_length(queue: Any) -> int:
     """Follow ``next_free_block`` alone from the head; return the blocks before the tail.
 
-    Raises (3) on a cycle, found with Brent's algorithm in O(n) time and O(1)
-    memory, and (1) if the walk meets anything but a block before the tail.
+    Raises I3 on a cycle, found with Brent's algorithm in O(n) time and O(1)
+    memory, and I1 if the walk meets anything but a block before the tail.
     """
     head, tail = _ends(queue)
     anchor: object = head  # Brent's tortoise: jumps to the hare at each power of two
@@ -332,11 +335,11 @@ def _forward_length(queue: Any) -> int:
 
 
 def _counted(queue: Any, head: Block, tail: Block) -> int:
-    """Return ``num_free_blocks`` after checking it can be a count at all (2)."""
+    """Return ``num_free_blocks`` after checking it can be a count at all (I2)."""
     count = getattr(queue, "num_free_blocks", _UNSET)
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise violation(
-            COUNT_CONSISTENCY,
+            "I2",
             "the queue",
             "num_free_blocks",
             "a non-negative int",
@@ -347,7 +350,7 @@ def _counted(queue: Any, head: Block, tail: Block) -> int:
 
 def _count_mismatch(count: int, length: int) -> InvariantViolation:
     return violation(
-        COUNT_CONSISTENCY,
+        "I2",
         f"the tail, reached at {_at(length + 1)}",
         "num_free_blocks",
         f"{length} (the blocks between the sentinels)",
@@ -356,7 +359,7 @@ def _count_mismatch(count: int, length: int) -> InvariantViolation:
 
 
 def check_sentinel_linkage(queue: Any) -> None:
-    """Check invariant (1): the sentinels bracket a chain whose links agree both ways.
+    """Check I1: the sentinels bracket a chain whose links agree both ways.
 
     Raises :class:`InvariantViolation` with ``invariant == "sentinel_linkage"``
     on a cleared, skewed or outward-pointing link, or a sentinel in the wrong
@@ -371,13 +374,13 @@ def check_sentinel_linkage(queue: Any) -> None:
     >>> check_sentinel_linkage(queue)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    verified_queue.errors.InvariantViolation: invariant 1 (sentinel_linkage) broken at position 3...
+    verified_queue.errors.InvariantViolation: I1 (sentinel_linkage) broken at position 3 of the...
     """
     _linked_length(queue)
 
 
 def check_count_consistency(queue: Any) -> None:
-    """Check invariant (2): ``num_free_blocks`` is the number of blocks between the sentinels.
+    """Check I2: ``num_free_blocks`` is the number of blocks between the sentinels.
 
     Counts along ``next_free_block`` only, so it judges the count even when a
     back link is skewed. Raises :class:`InvariantViolation` with
@@ -394,7 +397,7 @@ def check_count_consistency(queue: Any) -> None:
     >>> check_count_consistency(queue)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    verified_queue.errors.InvariantViolation: invariant 2 (count_consistency) ... expected 2 ...
+    verified_queue.errors.InvariantViolation: I2 (count_consistency) ... expected 2 ...
     """
     head, tail = _ends(queue)
     count = _counted(queue, head, tail)
@@ -417,12 +420,12 @@ def check_count_consistency(queue: Any) -> None:
 
 
 def check_no_duplicates(queue: Any) -> None:
-    """Check invariant (3): following ``next_free_block`` from the head meets no block twice.
+    """Check I3: following ``next_free_block`` from the head meets no block twice.
 
     Raises :class:`InvariantViolation` with ``invariant == "no_duplicates"`` on
     a ring, a self-loop or a block spliced in twice, naming the first block
     met again and both positions; if the walk meets something other than a
-    block before the tail, the violation is (1).
+    block before the tail, the violation is I1.
 
     Runtime complexity: O(n), with O(1) extra memory
 
@@ -434,17 +437,17 @@ def check_no_duplicates(queue: Any) -> None:
     >>> check_no_duplicates(queue)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    verified_queue.errors.InvariantViolation: invariant 3 (no_duplicates) broken at position 3 ...
+    verified_queue.errors.InvariantViolation: I3 (no_duplicates) broken at position 3 ...
     """
     _forward_length(queue)
 
 
 def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
-    """Check the rest of invariant (3): each block of ``blocks`` not in ``queue`` is detached.
+    """Check I4: each block of ``blocks`` not in ``queue`` is detached.
 
     Pass the blocks of this queue's pool only: a block legitimately linked in
-    another queue would be flagged. Walks the queue first (checking (1), and
-    (3) for repeats) to learn its members by ``id()``.
+    another queue would be flagged. Walks the queue first (checking I1, and
+    I3 for repeats) to learn its members by ``id()``.
 
     Runtime complexity: O(n + len(blocks)), with O(n) extra memory
 
@@ -456,7 +459,7 @@ def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
     >>> check_detached_outside(queue, pool)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    verified_queue.errors.InvariantViolation: invariant 3 (no_duplicates) broken at item 1 ...
+    verified_queue.errors.InvariantViolation: I4 (no_duplicates) broken at item 1 ...
     """
     members: set[int] = set()
     _linked_length(queue, classify_repeats=True, members=members)
@@ -469,7 +472,7 @@ def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
         after = getattr(block, "next_free_block", _UNSET)
         if before is not None or after is not None:
             raise violation(
-                NO_DUPLICATES,
+                "I4",
                 f"item {index} of the given blocks",
                 f"the links of {describe(block, head, tail)}, which is not in this queue",
                 "both None (detached)",
@@ -479,10 +482,10 @@ def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
 
 
 def check_invariants(queue: Any, pool: Iterable[object] | None = None) -> None:
-    """Check invariants (1), (2) and (3) of ``queue``; return ``None`` if it is healthy.
+    """Check I1 to I3 of ``queue``, and I4 given its ``pool``; return ``None`` if it is healthy.
 
-    One forward walk covers all three: it checks the linkage (1), reports a
-    block met twice as (3), and its length is compared with the count (2).
+    One forward walk covers all three: it checks the linkage (I1), reports a
+    block met twice as I3, and its length is compared with the count (I2).
     Where one fault breaks several families, the first found wins, in walk
     order. With ``pool`` (the blocks of this queue's pool) it also checks that
     every pool block outside the queue is detached.
@@ -499,7 +502,7 @@ def check_invariants(queue: Any, pool: Iterable[object] | None = None) -> None:
     >>> check_invariants(queue)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    verified_queue.errors.InvariantViolation: invariant 1 (sentinel_linkage) broken at position 2...
+    verified_queue.errors.InvariantViolation: I1 (sentinel_linkage) broken at position 2 of the...
     """
     length = _linked_length(queue, classify_repeats=True)
     head, tail = _ends(queue)

@@ -8,15 +8,16 @@ that belong to the queue and never leave it::
 
     head <-> b1 <-> b2 <-> ... <-> bn <-> tail
 
-Invariants (cited as I1..I5 in the methods that maintain them; the checkers in
-``verified_queue.invariants`` verify I1..I4 in O(n)):
+Invariants (cited as I1..I5 throughout the package; the checkers in
+``verified_queue.invariants`` verify I1..I4 in O(n) and report each under the
+family name that ``verified_queue.errors.INVARIANT_FAMILY`` maps it to):
 
 I1. ``head.prev_free_block`` and ``tail.next_free_block`` are ``None``; every
-    other link between ``head`` and ``tail`` is set, and for each adjacent pair
-    ``a -> b``, ``b.prev_free_block is a``.
+    other link between ``head`` and ``tail`` is set, for each adjacent pair
+    ``a -> b``, ``b.prev_free_block is a``, and no sentinel (of this or any
+    other queue) appears between them.
 I2. ``num_free_blocks`` is the number of blocks strictly between the sentinels.
-I3. No block appears twice between the sentinels, and no sentinel (of this or
-    any other queue) appears there at all.
+I3. No block appears twice between the sentinels, nor in two queues at once.
 I4. A block that is in no queue is detached: both links are ``None``. So a
     linked block has both links set, a detached one neither, and a sentinel
     exactly one; one or two link reads tell them apart in O(1).
@@ -213,7 +214,7 @@ class FreeBlockQueue(Generic[B]):
             if following is None:
                 # Another queue's tail, or a block detached before the walk reached it.
                 raise changed_during_iteration()
-            yield block  # type: ignore[misc]  # I1, I3: every block between the sentinels is a B
+            yield block  # type: ignore[misc]  # I1: every block between the sentinels is a B
             following = block.next_free_block
             if following is None:
                 # The block yielded last left the queue while the caller held it.
@@ -307,7 +308,7 @@ class FreeBlockQueue(Generic[B]):
         # I4: the popped block leaves detached.
         block.prev_free_block = block.next_free_block = None
         self.num_free_blocks -= 1  # I2
-        return block  # type: ignore[return-value]  # I3: not a sentinel, so a B
+        return block  # type: ignore[return-value]  # I1: not a sentinel, so a B
 
     def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Detach and return the first ``n`` blocks, front first.
@@ -527,7 +528,7 @@ class FreeBlockQueue(Generic[B]):
         block: Block = self.fake_free_list_head.next_free_block  # type: ignore[assignment]  # I1
         found: list[B] = []
         while block is not tail:
-            found.append(block)  # type: ignore[arg-type]  # I1, I3: a B
+            found.append(block)  # type: ignore[arg-type]  # I1: a B
             block = block.next_free_block  # type: ignore[assignment]  # I1
         return found
 

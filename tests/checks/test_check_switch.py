@@ -85,7 +85,7 @@ def probe(value: str | None) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("value", [None, "", "0", " 0 ", "off", "OFF"])
-def test_switch_off_leaves_the_production_class_in_place(value: str | None) -> None:
+def test_switch_off_keeps_production_class(value: str | None) -> None:
     """Unset, empty, 0 or off: verified_queue.FreeBlockQueue is exactly the production class."""
     report = probe(value)
     assert report["level"] == "off"
@@ -93,7 +93,7 @@ def test_switch_off_leaves_the_production_class_in_place(value: str | None) -> N
     assert report["exported_is_production"] is True
 
 
-def test_switch_on_catches_each_misuse_class_in_a_fresh_process() -> None:
+def test_switch_on_catches_each_misuse() -> None:
     """With VERIFIED_QUEUE_CHECKS=1, FreeBlockQueue(...) is checked and each misuse is caught."""
     report = probe("1")
     assert report == {
@@ -112,19 +112,19 @@ def test_switch_on_catches_each_misuse_class_in_a_fresh_process() -> None:
 
 
 @pytest.mark.parametrize("value", ["on", " On\n"])
-def test_switch_accepts_the_word_on_as_it_accepts_1(value: str) -> None:
+def test_switch_accepts_on_as_1(value: str) -> None:
     """VERIFIED_QUEUE_CHECKS=on (the word CHECK_LEVEL reports) does exactly what 1 does."""
     assert probe(value) == probe("1")
 
 
 @pytest.mark.parametrize("level", ["off", "on", "full"])
-def test_check_level_fed_back_to_the_switch_selects_the_same_level(level: str) -> None:
+def test_check_level_round_trips(level: str) -> None:
     """Each word CHECK_LEVEL can report is an accepted value that selects that same level."""
     assert read_check_level({ENVIRONMENT_VARIABLE: level}) == level
     assert probe(level)["level"] == level
 
 
-def test_switch_full_checks_everything_before_every_operation() -> None:
+def test_switch_full_checks_every_operation() -> None:
     """With VERIFIED_QUEUE_CHECKS=full, even damage far from the operation is caught at once."""
     report = probe("full")
     assert report["level"] == "full"
@@ -133,7 +133,7 @@ def test_switch_full_checks_everything_before_every_operation() -> None:
     assert report["far corruption, next append"] == ["InvariantViolation", "no_duplicates"]
 
 
-def test_a_mistyped_switch_stops_the_import_with_a_clear_error() -> None:
+def test_mistyped_switch_stops_import() -> None:
     """An unknown value fails the import, naming the variable and the accepted values."""
     environment = dict(os.environ, **{ENVIRONMENT_VARIABLE: "yes"})
     completed = subprocess.run(
@@ -150,7 +150,7 @@ def test_a_mistyped_switch_stops_the_import_with_a_clear_error() -> None:
     assert expected in completed.stderr
 
 
-def test_read_check_level_maps_each_accepted_value() -> None:
+def test_read_check_level_maps_each_value() -> None:
     """The parser maps unset, '', '0', 'off', '1', 'on' and 'full' (any case, trimmed) to levels."""
     cases = {None: "off", "": "off", "0": "off", "1": "on", " 1\n": "on", "full": "full"}
     cases |= {"FULL": "full", "off": "off", "Off": "off", "on": "on", " ON ": "on"}
@@ -162,7 +162,7 @@ def test_read_check_level_maps_each_accepted_value() -> None:
             read_check_level({ENVIRONMENT_VARIABLE: bad})
 
 
-def test_the_production_module_imports_no_checker_and_calls_none() -> None:
+def test_production_module_has_no_checker() -> None:
     """verified_queue/queue.py neither imports the checkers nor names any check in its code."""
     tree = ast.parse((ROOT / "verified_queue" / "queue.py").read_text(encoding="utf-8"))
     imported = {

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.checks.support import parts
 from verified_queue import Block, InvariantViolation
 from verified_queue.invariants import (
     COUNT_CONSISTENCY,
@@ -32,16 +33,16 @@ CHECKERS: dict[str, Callable[[FreeBlockQueue[Block]], None]] = {
 
 def violation_of(
     checker: Callable[[FreeBlockQueue[Block]], None], queue: object
-) -> tuple[str, str]:
-    """The family and exact message of the violation ``checker`` raises on ``queue``."""
+) -> tuple[str, tuple[str | None, ...]]:
+    """The family and the parts of the violation ``checker`` raises on ``queue``."""
     with pytest.raises(InvariantViolation) as caught:
         checker(queue)  # type: ignore[arg-type]  # a damaged queue on purpose
-    return caught.value.invariant, str(caught.value)
+    return caught.value.invariant, parts(caught.value)
 
 
 @pytest.mark.parametrize("size", [0, 2])
 @pytest.mark.parametrize("end", ["head", "tail"])
-def test_an_outer_link_to_a_sentinel_of_this_queue_is_named_as_such(size: int, end: str) -> None:
+def test_outer_link_to_own_sentinel_named(size: int, end: str) -> None:
     """A head's back link or a tail's forward link naming either sentinel names it exactly."""
     queue = FreeBlockQueue([Block() for _ in range(size)])
     head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
@@ -54,48 +55,60 @@ def test_an_outer_link_to_a_sentinel_of_this_queue_is_named_as_such(size: int, e
             place, link, owner = "the tail sentinel", "next_free_block", tail
         expected = (
             SENTINEL_LINKAGE,
-            f"invariant 1 (sentinel_linkage) broken at {place}: {link} of this queue's "
-            f"{owner!r}: expected None, found this queue's {stray!r}",
+            (
+                "I1",
+                f"{place}",
+                f"{link} of this queue's {owner!r}",
+                "None",
+                f"this queue's {stray!r}",
+            ),
         )
         for name in ("check_invariants", "check_sentinel_linkage", "check_detached_outside"):
             assert violation_of(CHECKERS[name], queue) == expected, name
 
 
 @pytest.mark.parametrize("size", [0, 1, 3])
-def test_a_tail_whose_back_link_names_a_sentinel_is_named_as_such(size: int) -> None:
+def test_tail_back_link_to_sentinel_named(size: int) -> None:
     """A tail's back link naming a sentinel it should not is reported with both sentinels named."""
     blocks = [Block() for _ in range(size)]
     queue = FreeBlockQueue(blocks)
     head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
-    last = f"{blocks[-1]!r}" if blocks else f"this queue's {head!r}"
+    last = repr(blocks[-1]) if blocks else f"this queue's {head!r}"
     strays = [tail, head] if blocks else [tail]
     for stray in strays:
         tail.prev_free_block = stray
         assert violation_of(check_invariants, queue) == (
             SENTINEL_LINKAGE,
-            f"invariant 1 (sentinel_linkage) broken at position {size + 1} {WALK}: "
-            f"prev_free_block of this queue's {tail!r}: expected {last} (position {size}), "
-            f"found this queue's {stray!r}",
+            (
+                "I1",
+                f"position {size + 1} {WALK}",
+                f"prev_free_block of this queue's {tail!r}",
+                f"{last} (position {size})",
+                f"this queue's {stray!r}",
+            ),
         )
 
 
-def test_deleted_tail_attribute_and_tail_back_slot_are_named_as_unset() -> None:
+def test_deleted_tail_parts_named_unset() -> None:
     """A deleted tail sentinel attribute and a deleted back slot of the tail read as unset slots."""
     queue = FreeBlockQueue([Block()])
     tail = queue.fake_free_list_tail
     _damage(delattr, tail, "prev_free_block")
     assert violation_of(check_sentinel_linkage, queue) == (
         SENTINEL_LINKAGE,
-        f"invariant 1 (sentinel_linkage) broken at position 2 {WALK}: prev_free_block of "
-        f"this queue's {tail!r}: expected {queue.fake_free_list_head.next_free_block!r} "
-        "(position 1), found an unset link slot",
+        (
+            "I1",
+            f"position 2 {WALK}",
+            f"prev_free_block of this queue's {tail!r}",
+            f"{queue.fake_free_list_head.next_free_block!r} (position 1)",
+            "an unset link slot",
+        ),
     )
     _damage(delattr, queue, "fake_free_list_tail")
     for name, checker in CHECKERS.items():
         assert violation_of(checker, queue) == (
             SENTINEL_LINKAGE,
-            "invariant 1 (sentinel_linkage) broken at the queue: fake_free_list_tail: "
-            "expected a Sentinel, found an unset link slot",
+            ("I1", "the queue", "fake_free_list_tail", "a Sentinel", "an unset link slot"),
         ), name
 
 
@@ -175,7 +188,7 @@ FORWARD_ONLY = ("check_count_consistency", "check_no_duplicates")
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 @pytest.mark.parametrize("checker", sorted(CHECKERS))
-def test_checkers_raise_only_invariant_violation_on_damage(checker: str, damage: str) -> None:
+def test_checkers_raise_only_violations(checker: str, damage: str) -> None:
     """On each damage a checker raises InvariantViolation of its family, or passes, blind to it."""
     blocks = [Block()]
     queue = FreeBlockQueue(blocks)

@@ -339,7 +339,7 @@ def test_single_family_faults_name_their_family() -> None:
     assert summary["single_family_named_right"] == summary["single_family"]
 
 
-def test_each_checker_flags_its_own_family_wherever_it_is_broken() -> None:
+def test_checker_flags_its_family_anywhere() -> None:
     """Each checker raises its own family wherever the oracle finds that family broken."""
     wrong = []
     for fault in MATRIX:
@@ -355,7 +355,7 @@ def test_each_checker_flags_its_own_family_wherever_it_is_broken() -> None:
     assert wrong == []
 
 
-def test_each_checker_passes_only_where_its_family_holds() -> None:
+def test_checker_passes_where_family_holds() -> None:
     """A checker that returns None has walked to the tail and found its own family intact."""
     wrong = []
     for fault in MATRIX:
@@ -372,7 +372,7 @@ def test_each_checker_passes_only_where_its_family_holds() -> None:
     assert wrong == []
 
 
-def test_check_invariants_fires_exactly_when_one_of_the_three_fires() -> None:
+def test_check_invariants_fires_with_any() -> None:
     """The fused check_invariants raises on a fault exactly when one of the three checkers does."""
     mismatched = []
     for fault in MATRIX:
@@ -387,7 +387,7 @@ def test_check_invariants_fires_exactly_when_one_of_the_three_fires() -> None:
     assert mismatched == []
 
 
-def test_restored_queue_passes_every_checker_again() -> None:
+def test_restored_queue_passes_again() -> None:
     """Undoing each fault leaves a queue that every checker, and the pool check, accepts."""
     still_flagged = []
     for fault in MATRIX:
@@ -406,8 +406,8 @@ def test_restored_queue_passes_every_checker_again() -> None:
     assert still_flagged == []
 
 
-def test_pool_check_flags_a_block_left_linked_outside_the_queue() -> None:
-    """A block bridged over by hand keeps its links, so the pool check names it (3)."""
+def test_pool_check_flags_linked_outsider() -> None:
+    """A block bridged over by hand keeps its links, so the pool check names it (I4)."""
     for size in range(1, 5):
         for block in range(1, size + 1):
             world = _bridge_out(size, block).planted()
@@ -418,7 +418,7 @@ def test_pool_check_flags_a_block_left_linked_outside_the_queue() -> None:
             assert caught.value.invariant == NO_DUPLICATES
 
 
-def test_pool_check_ignores_the_queue_s_own_blocks_and_detached_ones() -> None:
+def test_pool_check_ignores_members_detached() -> None:
     """The pool check passes a healthy queue whose pool also holds detached blocks."""
     world = build_world(3)
     check_detached_outside(world.queue, [*world.blocks, world.detached, Block()])
@@ -463,7 +463,7 @@ OPERATIONS: dict[str, Callable[[World], object]] = {
 }
 
 
-def test_check_mode_walk_after_a_cursor_ends_on_a_ring() -> None:
+def test_cursor_walk_ends_on_a_ring() -> None:
     """A ring of members closed by outside code makes iter_blocks_after(cursor) raise, not spin."""
     world = build_world(3, CheckedFreeBlockQueue)
     first, _, last = world.blocks
@@ -482,7 +482,7 @@ def applicable(fault: Fault) -> list[str]:
 MUTATIONS = [name for name in OPERATIONS if name not in {"len", "bool", "contains"}]
 
 
-def test_check_mode_lets_nothing_but_queue_errors_escape_a_damaged_queue() -> None:
+def test_check_mode_raises_only_queue_errors() -> None:
     """On every fault, every check-mode operation returns or raises a QueueError, nothing else."""
     escaped = []
     outcomes = {"raised": 0, "returned": 0}
@@ -502,7 +502,7 @@ def test_check_mode_lets_nothing_but_queue_errors_escape_a_damaged_queue() -> No
     assert outcomes["raised"] > outcomes["returned"]
 
 
-def test_full_check_mode_rejects_every_fault_before_acting() -> None:
+def test_full_mode_rejects_every_fault_first() -> None:
     """With full_check_every=1 every mutation raises InvariantViolation and writes nothing."""
 
     def checked_every_operation(blocks: list[Block]) -> CheckedFreeBlockQueue[Block]:
@@ -528,7 +528,7 @@ def test_full_check_mode_rejects_every_fault_before_acting() -> None:
     assert missed == []
 
 
-def test_check_mode_catches_count_drift_at_the_next_operation() -> None:
+def test_check_mode_catches_count_drift() -> None:
     """A moved count is reported as count_consistency by the very next operation of any kind."""
     for fault in (f for f in MATRIX if "count" in f.label):
         # contains is answered from the membership, which a drift does not touch.
@@ -539,7 +539,7 @@ def test_check_mode_catches_count_drift_at_the_next_operation() -> None:
             assert caught.value.invariant == COUNT_CONSISTENCY, (fault.label, name)
 
 
-def test_production_queue_is_exactly_the_production_class_in_these_tests() -> None:
+def test_production_queue_is_production_class() -> None:
     """The matrix builds production queues unless it asks for the checked class."""
     assert type(build_world(1).queue) is ProductionQueue
     assert type(build_world(1, CheckedFreeBlockQueue).queue) is CheckedFreeBlockQueue

@@ -1,7 +1,7 @@
 """``check_invariants`` against a definitional oracle on arbitrary heaps, reachable or not.
 
 The oracle below is written straight from the definitions of I1..I4 in
-``verified_queue.queue`` and of (1)..(3) in ``verified_queue.invariants``: it
+``verified_queue.queue``, as ``verified_queue.invariants`` restates them: it
 walks from the head with a set of visited blocks, and says which family breaks
 first in walk order (the checker's documented priority), or ``None``.
 
@@ -26,7 +26,7 @@ On top of that, the blocks are interchangeable until a link names one: the
 checker compares by identity and never looks at a block's label. So a link
 takes only the blocks already named plus the first fresh one (Korat's
 isomorphism breaking), and each leaf stands for as many labelled heaps as
-there are ways to name its fresh blocks. ``test_relabelling_the_blocks_never_changes_a_verdict``
+there are ways to name its fresh blocks. ``test_relabelling_never_changes_a_verdict``
 checks that symmetry on random heaps, by running the checker on all six
 relabellings.
 
@@ -445,7 +445,7 @@ def _total_heaps(size: int) -> int:
 
 @PURE_ONLY
 @pytest.mark.parametrize("pair", PAIRS)
-def test_every_checker_agrees_with_its_oracle_on_every_heap(pair: str) -> None:
+def test_checkers_agree_with_oracle_everywhere(pair: str) -> None:
     """On every heap of up to 6 blocks (4 with a pool), the checker reports the oracle's family."""
     checker, reference, with_pool = PAIRS[pair]
     for size in EXHAUSTIVE_SIZES_WITH_POOL if with_pool else EXHAUSTIVE_SIZES:
@@ -559,7 +559,7 @@ def random_links(rng: random.Random, size: int, healthy_first: bool) -> Links:
     return Links(tuple(links), min(count, len(COUNTS) - 1))
 
 
-def test_relabelling_the_blocks_never_changes_a_verdict() -> None:
+def test_relabelling_never_changes_a_verdict() -> None:
     """The checkers judge a heap and each of its relabellings alike (the exploration's symmetry)."""
     rng = random.Random(3)
     built = 0
@@ -630,7 +630,7 @@ def _count_writable(count: object) -> bool:
 RANDOM_HEAPS = 10_000
 
 
-def test_checkers_agree_with_the_oracles_on_random_damaged_heaps() -> None:
+def test_checkers_agree_on_random_heaps() -> None:
     """On 10,000 random damaged heaps of up to 6 blocks each checker reports its oracle's family."""
     families: dict[str | None, int] = {}
     for queue, pool in damaged_heaps(14, RANDOM_HEAPS):
@@ -678,7 +678,7 @@ def weakened_checker(weakening: str) -> Checker:
 
 @PURE_ONLY
 @pytest.mark.parametrize("weakening", WEAKENINGS)
-def test_the_oracle_comparison_catches_a_weakened_checker(weakening: str) -> None:
+def test_oracle_catches_a_weakened_checker(weakening: str) -> None:
     """A copy of check_invariants missing one test disagrees with the oracle on some heaps of 3."""
     found = explore(3, weakened_checker(weakening), oracle, False)
     assert found.heaps == _total_heaps(3)

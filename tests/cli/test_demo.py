@@ -195,7 +195,7 @@ def test_check_mode_stops_link_corruption_at_the_first_operation_to_meet_it() ->
     """A link written by hand is reported as a sentinel_linkage violation before any harm."""
     report, output = run_quietly(replace(SMALL, inject="link-corruption"))
     assert report.status == 1
-    assert "by InvariantViolation: invariant 1 (sentinel_linkage)" in result_line(output)
+    assert "by InvariantViolation: I1 (sentinel_linkage)" in result_line(output)
     assert "within the pool call that planted the link-corruption" in result_line(output)
 
 

@@ -35,6 +35,11 @@ P5. Block ``i`` of the pool is ``blocks[i]``, has ``block_id == i`` and carries
     as vLLM does (deferred frees may mix the pools of several KV-cache groups);
     ``cache_full_blocks`` refuses one.
 
+The P-numbers name the pool's invariants; the free queue beneath keeps its own,
+I1..I5 of ``verified_queue.queue``. Where the two meet: a block that P2 puts
+outside the free queue (one a request holds) is detached (I4), and P4 is I5
+restated for the pool.
+
 Prefix-cache keys come from :mod:`verified_queue.kvcache.keys`: by
 default SHA-256 over a canonical encoding of the parent key, the block's tokens
 and its extra keys (LoRA, multimodal inputs, ``cache_salt``), the whole 32-byte
