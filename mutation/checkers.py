@@ -1,6 +1,9 @@
-"""Mutation testing of the checkers, ``invariants.py`` and ``checked.py``, each in a scratch copy.
+"""Mutation testing of check mode and the error builders, one module at a time, in scratch copies.
 
-``tox -e mutation-checkers`` runs this from an empty directory. For each module it copies the
+The modules: ``invariants.py``, ``checked.py``, ``_diagnosis.py`` (check mode's diagnosis) and
+``_messages.py`` (the error builders ``queue.py`` shares with check mode, whose own run,
+``mutation/run.py``, mutates ``queue.py`` only). ``tox -e mutation-checkers`` runs this from
+an empty directory. For each module it copies the
 checkout there (as ``mutation/run.py`` does for ``queue.py``), writes a ``setup.cfg`` whose
 ``[mutmut]`` section mutates that module only and runs the tests that exercise it, runs
 ``mutmut run``, and then fails unless
@@ -16,7 +19,7 @@ left out), which keeps a run of the two modules within about half an hour on two
 mutant these tests miss counts as a survivor even if another test would kill it, so the score
 is a lower bound for the whole suite.
 
-Usage: ``python mutation/checkers.py [--threshold 98] [--module invariants|checked]`` from
+Usage: ``python mutation/checkers.py [--threshold 98] [--module NAME ...]`` from
 any empty working directory.
 """
 
@@ -68,6 +71,32 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "tests/checks/test_messages.py",
             "tests/checks/test_invariants.py",
             "tests/checks/test_fault_matrix.py",
+        ],
+        [],
+    ),
+    # check mode's diagnosis, moved out of checked.py: the same tests kill its mutants.
+    "diagnosis": (
+        "verified_queue/_diagnosis.py",
+        [
+            "tests/checks/test_checked_results.py",
+            "tests/checks/test_checked_misuse.py",
+            "tests/checks/test_checked_damage.py",
+            "tests/checks/test_checked_atomicity.py",
+            "tests/checks/test_checked_diagnostics.py",
+            "tests/checks/test_checked_o1_diagnostics.py",
+            "tests/checks/test_messages.py",
+            "tests/checks/test_fault_matrix.py",
+        ],
+        [],
+    ),
+    # The error builders the queue and check mode share, moved out of queue.py.
+    "messages": (
+        "verified_queue/_messages.py",
+        [
+            "tests/queue/test_queue.py",
+            "tests/queue/test_queue_diagnostics.py",
+            "tests/queue/test_block.py",
+            "tests/checks/test_checked_misuse.py",
         ],
         [],
     ),
@@ -132,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the mutation pass of each module; return 0 when every score and survivor list passes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threshold", type=float, default=98.0, help="minimum percent killed")
-    parser.add_argument("--module", choices=sorted(MODULES), action="append", help="default: both")
+    parser.add_argument("--module", choices=sorted(MODULES), action="append", help="default: all")
     args = parser.parse_args(argv)
     work = Path.cwd()
     if any(work.iterdir()):
