@@ -6,7 +6,20 @@ the package never imports it.
 - :mod:`specs.model`: :class:`~specs.model.ListModel`, the definition of correct, and the
   identity-only :class:`~specs.model.SpecBlock`.
 - :mod:`specs.structure`: compare a queue's links with the model, block by block.
+- :mod:`specs.world`: blocks and queues wired into a state by hand, and snapshots of every
+  link, which the checkers and the tests share.
 - :mod:`specs.exhaustive`: every operation from every state of a queue of up to N blocks.
-- :mod:`specs.contracts`: CrossHair contracts relating the queue to the model.
-- :mod:`specs.planted_bugs`: deliberately wrong queues that every checker must reject.
+- :mod:`specs.contracts`: CrossHair contracts relating the queue to the model;
+  :mod:`specs.crosshair_run` runs CrossHair on them and counts the paths it explored.
+- :mod:`specs.proof`: the all-sizes proof (z3) of the linking operations, a package: the
+  symbolic heap, the translator of the queue's source, the model's cases, the loop
+  invariants, the obligations and the driver.
+- :mod:`specs.planted_bugs`: deliberately wrong queues that every checker must reject, one
+  module per kind of defect.
+- :mod:`specs.bug_matrix`: every verification layer against every planted bug
+  (``docs/bug-matrix.md``).
+- :mod:`specs.vllm`: the tooling that fetches vLLM's wheel and loads its code, for the
+  conformance tests.
+
+``python -I specs/__main__.py TOOL`` runs a tool of specs/ against the installed wheel.
 """

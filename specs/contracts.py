@@ -57,6 +57,7 @@ from typing import Any, NamedTuple, TypeVar
 from specs.model import ListModel, Membership, SpecBlock
 from specs.planted_bugs import PLANTED_BUGS
 from specs.structure import iterate_after
+from specs.world import World
 from verified_queue.block import Block
 from verified_queue.errors import InvariantViolation
 from verified_queue.invariants import check_invariants
@@ -302,14 +303,7 @@ class _World:
         with _untraced():
             # Wire the state by hand, not with the queue's own append_n, so that each
             # contract checks its one operation (construct_contract checks the constructor).
-            previous: Block = self.queue.fake_free_list_head
-            for block in held:
-                previous.next_free_block = block
-                block.prev_free_block = previous
-                previous = block
-            previous.next_free_block = self.queue.fake_free_list_tail
-            self.queue.fake_free_list_tail.prev_free_block = previous
-            self.queue.num_free_blocks = len(held)
+            self.world.wire(held, self.strangers)
             self.model: ListModel[Any] = ListModel(held, membership=self.membership)
             # In codes read off the blocks: nothing here on depends on a symbolic value.
             self.before = tuple(self.code(block) for block in held)
@@ -321,10 +315,11 @@ class _World:
             made[number] = SpecBlock(number)
         self.universe = [made[number] for number in range(UNIVERSE)]
         self.queue: FreeBlockQueue[Any] = QUEUE_TYPE()
-        # The other queue is the production one, holding two blocks outside the universe;
-        # the models share one membership, so the model knows those blocks are linked.
+        # The other queue is the production one, wired to hold two blocks outside the
+        # universe; the models share one membership, so the model knows they are linked.
         self.strangers = [SpecBlock(UNIVERSE), SpecBlock(UNIVERSE + 1)]
-        self.other: FreeBlockQueue[Any] = FreeBlockQueue(self.strangers)
+        self.other: FreeBlockQueue[Any] = FreeBlockQueue()
+        self.world = World([*self.universe, *self.strangers], [self.queue, self.other])
         self.membership = Membership()
         ListModel(self.strangers, membership=self.membership)
         self._nodes: list[Block] = [

@@ -20,7 +20,6 @@ from verified_queue.queue import FreeBlockQueue
 
 __all__ = [
     "LateError",
-    "LinkSnapshot",
     "Outcome",
     "iterate_after",
     "mismatch",
@@ -29,19 +28,7 @@ __all__ = [
     "outcome_of",
     "same_result",
     "shared_result",
-    "snapshot_links",
 ]
-
-#: ``(id(prev_free_block), id(next_free_block))`` of each node, ``id(None)`` when unset.
-LinkSnapshot = tuple[tuple[int, int], ...]
-
-
-def snapshot_links(nodes: Sequence[Block]) -> LinkSnapshot:
-    """Return the links of ``nodes`` by identity, to tell later whether any of them changed.
-
-    Runtime complexity: O(len(nodes))
-    """
-    return tuple((id(node.prev_free_block), id(node.next_free_block)) for node in nodes)
 
 
 def order_of(  # noqa: PLR0911 -- one early return per way the chain can be broken

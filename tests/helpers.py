@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from specs.world import Snapshot, World
 from verified_queue import Block, FreeBlockQueue
 
 
@@ -55,11 +56,11 @@ def numbers(blocks: Iterable[NumberedBlock]) -> list[int]:
     return [block.number for block in blocks]
 
 
-def snapshot(queue: FreeBlockQueue[Any], universe: Iterable[Block]) -> tuple[object, ...]:
-    """Capture the queue's order, count and every link of ``universe`` and the sentinels, by id.
+def snapshot(queue: FreeBlockQueue[Any], universe: Iterable[Block]) -> Snapshot:
+    """Capture the queue's count and sentinels, and every link of ``universe`` and the sentinels.
 
-    Two snapshots are equal exactly when nothing observable changed in between.
+    ``universe`` holds every block of the queue, and any other a call could touch: two
+    snapshots are then equal exactly when nothing observable changed in between. Nothing is
+    walked, so a queue whose chain is broken can be captured too.
     """
-    nodes = [queue.fake_free_list_head, queue.fake_free_list_tail, *universe]
-    links = tuple((id(node), id(node.prev_free_block), id(node.next_free_block)) for node in nodes)
-    return (tuple(id(block) for block in queue), queue.num_free_blocks, links)
+    return World(list(universe), [queue]).snapshot()

@@ -111,7 +111,7 @@ def test_period_setter_refuses_bad_period(period: object) -> None:
     assert queue.full_check_every is DEFAULT_FULL_CHECK_EVERY
 
 
-#: Faults written for these tests, apart from specs/planted_bugs.py: each breaks what only
+#: Faults written for these tests, apart from specs/planted_bugs/: each breaks what only
 #: the check at the end of its operation reads, so the start-of-operation checks pass.
 END_OF_OPERATION_FAULTS: dict[
     str, tuple[type[FreeBlockQueue[Block]], int, str, Callable[[Any, list[Block]], object]]

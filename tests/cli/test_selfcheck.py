@@ -1,6 +1,6 @@
 """The self-check that ``python -m verified_queue`` runs is not vacuous: it reports planted bugs.
 
-Each planted bug of ``specs/planted_bugs.py`` replaces the queue the self-check drives, and the
+Each planted bug of ``specs/planted_bugs/`` replaces the queue the self-check drives, and the
 report must name the first difference from the list model, of the kind the bug causes. Every
 planted bug the self-check reaches is run by ``tests/verification/test_planted_bugs.py``; the
 one out of its reach, ``contains_compares_by_value``, is explained in

@@ -532,7 +532,7 @@ def test_lost_inner_sentinel_link_raises_invariant_violation(operation: str) -> 
     else:
         queue.fake_free_list_head.next_free_block = None
     universe = [*blocks, fresh]
-    before = snapshot_links(queue, universe)
+    before = snapshot(queue, universe)
     calls: dict[str, Callable[[], object]] = {
         "append": lambda: queue.append(fresh),
         "append_n": lambda: queue.append_n([fresh]),
@@ -544,13 +544,7 @@ def test_lost_inner_sentinel_link_raises_invariant_violation(operation: str) -> 
         calls[operation]()
     assert isinstance(caught.value, AssertionError)
     assert caught.value.invariant == "sentinel_linkage"
-    assert snapshot_links(queue, universe) == before
-
-
-def snapshot_links(queue: FreeBlockQueue[NumberedBlock], universe: list[NumberedBlock]) -> object:
-    """Every link of the sentinels and ``universe`` and the count, without walking the chain."""
-    nodes = [queue.fake_free_list_head, queue.fake_free_list_tail, *universe]
-    return queue.num_free_blocks, [(id(n.prev_free_block), id(n.next_free_block)) for n in nodes]
+    assert snapshot(queue, universe) == before
 
 
 # ---------------------------------------------------------- iter_blocks_after
@@ -729,10 +723,10 @@ def test_popleft_n_over_a_link_cleared_inside_the_run_changes_nothing() -> None:
     """A None link inside the counted run raises InvariantViolation and restores every block."""
     queue, blocks = make(4)
     blocks[1].next_free_block = None
-    before = snapshot_links(queue, blocks)
+    before = snapshot(queue, blocks)
     with pytest.raises(InvariantViolation, match="popleft_n"):
         queue.popleft_n(3)
-    assert snapshot_links(queue, blocks) == before
+    assert snapshot(queue, blocks) == before
 
 
 # ------------------------------------------------------- messages, word for word

@@ -1,4 +1,4 @@
-"""The all-sizes proof (specs/proof.py): it proves the production queue and refutes planted bugs."""
+"""The all-sizes proof (specs/proof/): it proves the production queue and refutes planted bugs."""
 
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ def test_assumptions_hold_of_a_concrete_queue(name: str) -> None:
     operations without a loop, for the whole path that succeeds; after a loop z3 does not
     decide it in reasonable time.
     """
-    heap, ghost = proof._symbolic_state()
+    heap, ghost = proof.symbolic_state()
     blocks, detached, facts = _concrete_queue(ghost, heap)
     arguments = {
         "remove": [z3.Const("block", proof.NODE) == blocks[1]],

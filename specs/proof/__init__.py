@@ -1,0 +1,121 @@
+"""A proof, for queues of every size, that the production queue's operations are correct.
+
+The bounded layers (the exhaustive check, the CrossHair contracts) stop at 7 or 8 blocks. This
+package proves with the z3 SMT solver, for every queue length ``n >= 0`` (and every batch
+length) at once, that ``popleft``, ``remove``, ``append``, ``popleft_n``, ``append_n`` and
+``prepend_n`` of :class:`~verified_queue.FreeBlockQueue`
+
+* preserve the invariants I1 to I4 of ``verified_queue/queue.py``,
+* act on the sequence of blocks exactly as :class:`specs.model.ListModel` does: the same
+  result, the same exception class, the same new sequence and count,
+* leave every link and the count exactly as they were when they raise (for a refused batch,
+  after the undo of the blocks already linked),
+* touch no block outside the queue except those they are given, and
+* never read or write a link of ``None`` nor index a list out of range, so the
+  ``except (AttributeError, TypeError)`` handlers around the link reads, and the
+  ``InvariantViolation`` paths for a sentinel whose link outside code destroyed, are
+  unreachable on a healthy queue.
+
+The heap is symbolic: ``next_free_block`` and ``prev_free_block`` are two z3 arrays from nodes
+to nodes (``None`` is one more node), the count is an integer. A ghost array ``at`` lists the
+queue's nodes (``at[0]`` the head sentinel, ``at[1..n]`` the model's list, ``at[n + 1]`` the
+tail), and ``pos`` is its inverse (``-1`` off the chain); the invariants are quantified
+formulas over them (:func:`invariants`).
+
+The operations are not retyped here. :class:`Translator` reads the methods' source with
+:mod:`ast` and executes it symbolically: attribute reads and writes of the two links become
+array selects and stores, ``self.num_free_blocks`` an integer, ``if`` a fork of the path,
+``try`` sends what the body raises to the matching handler, calls to the project's functions
+are inlined (in ``raise f(...)`` only the class matters when ``f`` provably only builds the
+exception), and ``for`` and ``while`` loops are cut by the invariants of
+:data:`LOOP_INVARIANTS`, which z3 checks on entry and across one round. A statement or
+expression it does not know raises :class:`Unsupported`: nothing is skipped. So an edit to
+``queue.py`` changes what is proved, and a planted bug's method, translated the same way,
+fails the proof.
+
+Assumed, not proved (docs/verification.md, "A proof for every size", says the same):
+
+* the arguments have the types the signatures say: blocks are blocks (nodes other than
+  ``None``), a count is an exact ``int`` (``type(n) is int``), a batch an exact ``list`` of
+  blocks; the ``WrongTypeError`` paths (``count_argument``, ``not_a_block``) are not covered;
+* no asynchronous exception (``KeyboardInterrupt`` from a signal) interrupts an operation, so
+  the undo that only a signal reaches (``popleft_n``'s ``_relink_taken``) is not covered;
+* the heap outside this queue is well formed: a block in no queue is detached, a block in
+  another queue has both links set, another queue's sentinel exactly one; ``remove`` is not
+  given a block linked in *another* queue (the documented precondition; check mode enforces
+  it);
+* only exception classes are compared, not messages; loops are proved partially correct
+  (``_unlink_run``'s walk back is not proved to end; the ``for`` loops end by construction);
+* the translation: Python's semantics of the statements the translator accepts (a list is a
+  value with an identity, ``x.next_free_block`` a field), and z3's correctness. The compiled
+  build is mypyc's compilation of the same source.
+
+The package's modules, in the order they build on each other:
+
+* :mod:`~specs.proof.heap`: the ``Node`` sort, :class:`Heap`, :class:`Ghost`, the invariants,
+  the lemmas and the frame;
+* :mod:`~specs.proof.state`: what the translator works on (:class:`State`, its outcomes, the
+  :class:`Obligation` it collects, the :class:`LoopView` a loop invariant sees);
+* :mod:`~specs.proof.source`: where the translator finds a function's source, and which calls
+  it inlines;
+* :mod:`~specs.proof.translator`: :class:`Translator`, the symbolic executor;
+* :mod:`~specs.proof.cases`: the list model's semantics per operation (:data:`OPERATIONS`);
+* :mod:`~specs.proof.loops`: :data:`LOOP_INVARIANTS`;
+* :mod:`~specs.proof.goals`: the obligations of an operation, and of the lemmas;
+* :mod:`~specs.proof.driver`: z3 on each obligation, the bounded search for a
+  counterexample, and the command line.
+
+Run ``python -m specs.proof`` (``tox -e proof``) for a report with each operation's time.
+"""
+
+from specs.proof.cases import OPERATIONS, Case, Operation
+from specs.proof.driver import Result, check, concrete_queue, find_counterexample, main, prove
+from specs.proof.goals import lemma_obligations, obligations, prove_operation
+from specs.proof.heap import (
+    HEAD,
+    IS_SENTINEL,
+    LINKED_ELSEWHERE,
+    NODE,
+    NONE,
+    TAIL,
+    Ghost,
+    Heap,
+    invariants,
+    lemmas,
+    symbolic_state,
+)
+from specs.proof.loops import LOOP_INVARIANTS
+from specs.proof.state import LoopSpec, LoopView, Obligation, Unsupported
+from specs.proof.translator import Translator
+
+__all__ = [
+    "HEAD",
+    "IS_SENTINEL",
+    "LINKED_ELSEWHERE",
+    "LOOP_INVARIANTS",
+    "NODE",
+    "NONE",
+    "OPERATIONS",
+    "TAIL",
+    "Case",
+    "Ghost",
+    "Heap",
+    "LoopSpec",
+    "LoopView",
+    "Obligation",
+    "Operation",
+    "Result",
+    "Translator",
+    "Unsupported",
+    "check",
+    "concrete_queue",
+    "find_counterexample",
+    "invariants",
+    "lemma_obligations",
+    "lemmas",
+    "main",
+    "obligations",
+    "prove",
+    "prove_operation",
+    "symbolic_state",
+]
