@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from bench.run import main
+if __name__ == "__main__":
+    from bench.run import main
 
-sys.exit(main())
+    sys.exit(main())

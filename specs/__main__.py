@@ -12,8 +12,12 @@ from pathlib import Path
 
 TOOLS = ("exhaustive", "bug_matrix", "proof", "crosshair_run")
 
-if len(sys.argv) < 2 or sys.argv[1] not in TOOLS:
-    sys.exit(f"usage: python -I specs/__main__.py {{{','.join(TOOLS)}}} [OPTIONS]")
+# The checkout goes on the path in worker processes too: the exhaustive check spawns
+# workers, which import this file again (as __mp_main__) to unpickle their tasks.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
-tool = importlib.import_module(f"specs.{sys.argv[1]}")
-sys.exit(tool.main(sys.argv[2:]))
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in TOOLS:
+        sys.exit(f"usage: python -I specs/__main__.py {{{','.join(TOOLS)}}} [OPTIONS]")
+    tool = importlib.import_module(f"specs.{sys.argv[1]}")
+    sys.exit(tool.main(sys.argv[2:]))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -283,3 +286,18 @@ def test_a_queue_that_cannot_be_built_is_a_counterexample() -> None:
     report = check_every_state(blocks=1, max_batch=1, queue_type=_CannotBeBuilt)
     assert report.counterexample is not None
     assert report.counterexample.startswith("setting up the check crashed with KeyError")
+
+
+def test_the_tox_command_runs_over_worker_processes() -> None:
+    """``python -I specs/__main__.py exhaustive --jobs 2``, as tox runs it, ends with a verdict."""
+    script = Path(__file__).resolve().parents[2] / "specs" / "__main__.py"
+    done = subprocess.run(
+        [sys.executable, "-I", str(script), "exhaustive", "--blocks", "3", "--jobs", "2"],
+        cwd=Path(__file__).anchor,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("no counterexample")
