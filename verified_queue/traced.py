@@ -53,7 +53,7 @@ import os
 import sys
 import threading
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, SupportsIndex, TypeVar, Union
@@ -303,8 +303,10 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
     # id(block) -> (holder, linked, unlinked); see "Records" in the module docstring.
     _records: _Records
-    # ids of the records that hold their block strongly, oldest first (HELD_DEPARTED at most).
-    _held: dict[int, None]
+    # ids of the records that hold their block strongly, oldest first (HELD_DEPARTED at most):
+    # an OrderedDict, whose oldest entry goes in O(1) (a dict's first key is found by
+    # scanning past the entries deleted before it).
+    _held: OrderedDict[int, None]
     # The queue's last operations, oldest first.
     _recent: deque[_Recorded]
     # The numbers of the queue's operations.
@@ -339,7 +341,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         # Set before the base __init__, whose append_n is traced.
         self._recent = deque(maxlen=_history_length(trace))
         self._records = _Records()
-        self._held = {}
+        self._held = OrderedDict()
         self._numbers = itertools.count(1)
         self._count_written = []
         caller = _caller()
@@ -762,10 +764,9 @@ def _forget(records: dict[int, _Record], key: int) -> Callable[[weakref.ref[Any]
     return forget
 
 
-def _drop_oldest_held(records: dict[int, _Record], held: dict[int, None]) -> None:
+def _drop_oldest_held(records: dict[int, _Record], held: OrderedDict[int, None]) -> None:
     """Drop the oldest record that holds its block, so at most HELD_DEPARTED blocks are held."""
-    oldest = next(iter(held))
-    del held[oldest]
+    oldest, _ = held.popitem(last=False)
     record = records.get(oldest)
     if record is not None and record[0] is not None and type(record[0]) is not weakref.ref:
         del records[oldest]
