@@ -564,10 +564,11 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(n)
         """
+        caller = _caller()
         try:
-            return super().__iter__()
+            return self._explaining(super().__iter__(), "iter", caller)
         except QueueError as error:
-            self._explain(error, "iter", _caller(), ())
+            self._explain(error, "iter", caller, ())
             raise
 
     def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
@@ -576,12 +577,24 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         Runtime complexity: O(1) to start, O(1) per block yielded, plus the
         amortized O(1) full check
         """
+        caller = _caller()
         try:
-            return super().iter_blocks_after(cursor)
+            walk = super().iter_blocks_after(cursor)
         except QueueError as error:
-            self._explain(
-                error, "iter_blocks_after", _caller(), () if cursor is None else (cursor,)
-            )
+            self._explain(error, "iter_blocks_after", caller, () if cursor is None else (cursor,))
+            raise
+        return self._explaining(walk, "iter_blocks_after", caller)
+
+    def _explaining(self, walk: Iterator[B], name: str, caller: _Caller) -> Iterator[B]:
+        """Yield what ``walk`` yields; an error on the way carries the history of the last block."""
+        last: B | None = None
+        try:
+            for block in walk:
+                last = block
+                yield block
+        except QueueError as error:
+            # The block the walk stood on left the queue: the error names where.
+            self._explain(error, name, caller, () if last is None else (last,))
             raise
 
     def full_check(self) -> None:
@@ -720,9 +733,10 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             block = holder() if type(holder) is weakref.ref else holder
             if block is None or self._is_member(block):
                 continue
-            if getattr(block, "prev_free_block", None) is not None or (
-                getattr(block, "next_free_block", None) is not None
-            ):
+            # Linked again into this queue's chain by outside code (another queue may hold it).
+            before = getattr(block, "prev_free_block", None)
+            after = getattr(block, "next_free_block", None)
+            if before is head or after is tail or self._is_member(before) or self._is_member(after):
                 found.append(block)
                 if len(found) == _DAMAGED_SHOWN:
                     break

@@ -24,8 +24,10 @@ from verified_queue import (
     AlreadyInQueueError,
     Block,
     CheckedFreeBlockQueue,
+    EmptyQueueError,
     InvariantViolation,
     NotInQueueError,
+    WrongTypeError,
 )
 from verified_queue import traced as traced_module
 from verified_queue.kvcache.pool import BlockPool, DoubleFreeError
@@ -426,6 +428,56 @@ def test_a_caller_walk_that_stops_in_the_library_fails_the_pool_claim(
     monkeypatch.setattr(traced_module, "_caller", first_frame)
     with pytest.raises(AssertionError):
         claim_a_pool_call_is_recorded_at_its_caller(TracedFreeBlockQueue)
+
+
+def test_every_error_of_the_trace_level_carries_the_history() -> None:
+    """Misuse that names no block still names this call, and an empty queue its last operation."""
+    queue = TracedFreeBlockQueue([Block()])
+    emptied_at = here() + 1
+    queue.popleft()
+    with pytest.raises(EmptyQueueError) as caught:
+        queue.popleft()
+    assert "last operation: #2 popleft() at " in str(caught.value)
+    assert f":{emptied_at} in test_every_error" in str(caught.value)
+    with pytest.raises(WrongTypeError) as wrong:
+        queue.popleft_n("2")  # type: ignore[arg-type]  # refused
+    assert history_of(wrong.value).call.name == "popleft_n"
+
+
+def test_an_iteration_that_meets_a_departed_block_names_where_it_left() -> None:
+    """A block removed under a live iteration: the error names the iteration and the remove."""
+    blocks = [Block() for _ in range(3)]
+    queue = TracedFreeBlockQueue(blocks)
+    started_at = here() + 1
+    walk = iter(queue)
+    assert next(walk) is blocks[0]
+    removed_at = here() + 1
+    queue.remove(blocks[0])
+    with pytest.raises(NotInQueueError) as caught:
+        next(walk)
+    history = history_of(caught.value)
+    assert (history.call.name, history.call.lineno) == ("iter", started_at)
+    (record,) = history.blocks
+    assert_names(
+        record.unlinked,
+        "remove",
+        removed_at,
+        "test_an_iteration_that_meets_a_departed_block_names_where_it_left",
+    )
+
+
+def test_a_block_that_left_for_another_queue_is_not_called_damaged() -> None:
+    """Damage in one queue lists its own broken blocks, not a block now linked in another queue."""
+    blocks = [Block() for _ in range(4)]
+    queue = TracedFreeBlockQueue(blocks[:3])
+    other: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    other.append(queue.popleft())
+    blocks[2].prev_free_block = blocks[3]  # a link written by hand
+    with pytest.raises(InvariantViolation) as caught:
+        queue.full_check()
+    damaged = {record.block for record in history_of(caught.value).blocks}
+    assert repr(blocks[0]) not in damaged
+    assert repr(blocks[2]) in damaged
 
 
 # ------------------------------------------------------------------------- records
