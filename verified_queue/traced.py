@@ -1,49 +1,32 @@
-"""The trace level of check mode: a checked queue that also says who did it.
+"""The trace level of check mode: a checked queue whose errors also say who did it.
 
 ``TracedFreeBlockQueue`` is a :class:`~verified_queue.checked.CheckedFreeBlockQueue`
 that records, for every block it links or unlinks, the last operation that did
 it (operation, caller's file, line and function, thread, the queue's operation
 number), plus a ring of the queue's last operations. Every ``QueueError`` it
-raises carries that history, as extra lines of its message and as the
-structured field ``error.history`` (a :class:`History`), the way
-AddressSanitizer says where a block was freed before:
+raises carries that history, as extra lines of its message and as the field
+``error.history`` (a :class:`History`):
 
 * a double free names where the block was freed into this queue, and where it
   was taken since, if it was;
 * a ``remove`` of a detached block names where it left this queue;
 * a block linked in another traced queue names where that queue linked it;
 * damage found by a check names the damaged blocks' last records, the last
-  outside write of ``num_free_blocks`` (file and line of the writer), and the
-  queue's last operations.
+  write of ``num_free_blocks`` from outside the queue (the writer's file and
+  line), and the queue's last operations.
 
 The caller recorded is the first frame outside the library: the queue, check
-mode and the block pool of ``verified_queue.kvcache`` (the package's
-applications, ``verified_queue.cli``, count as callers), so a record names the
-line in the caller's code that called the queue or the pool.
+mode and the block pool of ``verified_queue.kvcache`` (``verified_queue.cli``,
+the package's own application, counts as a caller).
 
-Memory is bounded: one record per block (overwritten by each link and unlink)
-plus the ring. The records are keyed by ``id(block)``, which is unique only
-among live objects, so each record proves its block's identity without keeping
-a dead block alive (see "Records" below). The level is loaded only when it is
-used: ``VERIFIED_QUEUE_CHECKS=trace``, ``CheckedFreeBlockQueue(blocks,
-trace=True)``, or this class by name.
-
-Records
--------
-A record is ``(holder, linked, unlinked)``: the operations that last linked and
-unlinked the block, and what proves that the record is the block's own.
-
-* While the block is in this queue, ``holder`` is ``None``: check mode's
-  membership holds the block, so no other object can have its id (the
-  argument of ``checked``'s "Membership").
-* Once the block has left, ``holder`` is a weak reference to it when its type
-  supports them: the record is dropped when the block dies (the reference's
-  callback), and a lookup checks that the reference still names the block.
-* A block type without weak references (``verified_queue.Block`` and its slotted
-  subclasses) is held by the record itself, strongly, for the last
-  :data:`HELD_DEPARTED` blocks that left; older records of such blocks are
-  dropped. So at most that many blocks that left the queue are kept alive by
-  the trace, and no record outlives its block while claiming to be its.
+Memory is bounded: one record per block, overwritten by each link and unlink,
+plus the ring. A record is keyed by ``id(block)`` and proves it is its
+block's own: while the block is in the queue, check mode's membership holds it;
+after, a weak reference to it, if its type has them, or else the block itself,
+for the last :data:`HELD_DEPARTED` blocks that left. The docs' check-mode page
+gives the argument. The module is loaded only when the level is used:
+``VERIFIED_QUEUE_CHECKS=trace``, ``CheckedFreeBlockQueue(blocks, trace=True)``,
+or this module by name.
 """
 
 from __future__ import annotations
@@ -89,7 +72,7 @@ B = TypeVar("B", bound=Linkable)
 DEFAULT_HISTORY: Final = 16
 
 #: How many blocks without weak-reference support that left the queue keep their record
-#: (and are kept alive by it); see "Records" in the module docstring.
+#: (and are kept alive by it): older records of such blocks are dropped.
 HELD_DEPARTED: Final = 4096
 
 #: The calls that free blocks: a block they refuse was freed before (a double free).
@@ -301,7 +284,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         "_records",
     )
 
-    # id(block) -> (holder, linked, unlinked); see "Records" in the module docstring.
+    # id(block) -> (holder, linked, unlinked): the holder proves the record is the block's.
     _records: _Records
     # ids of the records that hold their block strongly, oldest first (HELD_DEPARTED at most):
     # an OrderedDict, whose oldest entry goes in O(1) (a dict's first key is found by
