@@ -78,6 +78,9 @@ HELD_DEPARTED: Final = 4096
 #: The calls that free blocks: a block they refuse was freed before (a double free).
 _FREEING: Final = frozenset({"append", "append_n", "prepend_n", "__init__", "free_blocks"})
 
+#: What a deleted sentinel reads as when the damaged blocks are looked for.
+_MISSING: Final = object()
+
 #: Damaged blocks named in one report, at most: the first few are where to look.
 _DAMAGED_SHOWN: Final = 4
 
@@ -580,6 +583,17 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             self._explain(error, name, caller, () if last is None else (last,))
             raise
 
+    def get_all_free_blocks(self) -> list[B]:
+        """Run the full check, then list the free blocks, as check mode does.
+
+        Runtime complexity: O(n)
+        """
+        try:
+            return super().get_all_free_blocks()
+        except QueueError as error:
+            self._explain(error, "get_all_free_blocks", _caller(), ())
+            raise
+
     def full_check(self) -> None:
         """Run check mode's full check; damage it finds carries the history.
 
@@ -609,9 +623,22 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
     def _explain(
         self, error: QueueError, name: str, caller: _Caller, blocks: Iterable[object]
     ) -> None:
-        """Add the history that matters to ``error``: lines of its message and ``error.history``."""
+        """Add the history that matters to ``error``: lines of its message and ``error.history``.
+
+        Never raises: on a queue damaged beyond what the trace can read, the
+        error keeps its own message and says why the history is missing.
+        """
         if getattr(error, "history", None) is not None:
             return  # explained already, by the traced call this one ran inside
+        try:
+            self._add_history(error, name, caller, blocks)
+        except Exception as failure:
+            _extend_message(error, [f"no history: the trace could not be read ({failure!r})"])
+
+    def _add_history(
+        self, error: QueueError, name: str, caller: _Caller, blocks: Iterable[object]
+    ) -> None:
+        """The body of :meth:`_explain`, which may meet damage it cannot read."""
         self._records.members = self._members
         call = Operation(None, name, *caller, _thread_name())
         last = self.operations
@@ -698,8 +725,9 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         recorded).
         """
         found: list[object] = []
-        head = self.fake_free_list_head
-        tail = self.fake_free_list_tail
+        # Damage may have deleted a sentinel: a missing one matches nothing.
+        head = getattr(self, "fake_free_list_head", _MISSING)
+        tail = getattr(self, "fake_free_list_tail", _MISSING)
         for member in list(self._members.values()):
             before = getattr(member, "prev_free_block", None)
             after = getattr(member, "next_free_block", None)

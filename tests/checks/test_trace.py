@@ -20,6 +20,7 @@ from typing import Any, cast
 import pytest
 
 from tests.checks.test_check_switch import run_fresh
+from tests.checks.test_checked_damage import DAMAGE, _every_operation
 from verified_queue import (
     AlreadyInQueueError,
     Block,
@@ -27,6 +28,7 @@ from verified_queue import (
     EmptyQueueError,
     InvariantViolation,
     NotInQueueError,
+    QueueError,
     WrongTypeError,
 )
 from verified_queue import traced as traced_module
@@ -478,6 +480,27 @@ def test_a_block_that_left_for_another_queue_is_not_called_damaged() -> None:
     damaged = {record.block for record in history_of(caught.value).blocks}
     assert repr(blocks[0]) not in damaged
     assert repr(blocks[2]) in damaged
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_every_method_of_a_damaged_traced_queue_raises_only_queue_errors(damage: str) -> None:
+    """The trace level explains without ever turning check mode's QueueError into a raw error."""
+    blocks = [Block() for _ in range(3)]
+    unexplained = []
+    for index in range(len(_every_operation(TracedFreeBlockQueue(blocks), blocks))):
+        blocks = [Block() for _ in range(3)]
+        queue = TracedFreeBlockQueue(blocks, full_check_every=0)
+        try:
+            DAMAGE[damage](queue, blocks)
+        except (AttributeError, TypeError):
+            pytest.skip("this build's typed slots refuse the damage")
+        try:
+            _every_operation(queue, blocks)[index]()
+        except QueueError as error:  # anything else fails the test
+            explained = isinstance(getattr(error, "history", None), History)
+            if not explained and "no history: the trace could not be read" not in str(error):
+                unexplained.append((index, error))
+    assert unexplained == []
 
 
 # ------------------------------------------------------------------------- records
