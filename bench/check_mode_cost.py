@@ -13,7 +13,9 @@ during each timing; the table gives the median time per operation over the
 repetitions and its ratio to the production queue. Check mode is timed with
 the periodic full check off (``full_check_every=0``: the O(1) checks of every
 operation alone), with its default period, and with a full check before every
-operation (small queues only). Separate rows time one ``check_invariants``
+operation (small queues only), and in the trace level
+(``TracedFreeBlockQueue``: the default period plus a record of every operation's
+caller). Separate rows time one ``check_invariants``
 walk and one ``full_check()`` (that walk plus a walk over the membership), the
 O(n) work the default period amortizes over ``max(1000, n)`` operations, and
 another the memory check mode's membership dict adds per block (traced with
@@ -37,6 +39,7 @@ import verified_queue
 from verified_queue import Block, CheckedFreeBlockQueue
 from verified_queue.invariants import check_invariants
 from verified_queue.queue import FreeBlockQueue
+from verified_queue.traced import TracedFreeBlockQueue
 
 OPERATIONS_PER_STEP = 4
 
@@ -58,6 +61,7 @@ SUBJECTS = [
         lambda blocks: CheckedFreeBlockQueue(blocks, full_check_every=0),
     ),
     Subject("check mode (default period)", CheckedFreeBlockQueue),
+    Subject("trace level (default period)", TracedFreeBlockQueue),
     Subject(
         "check mode, full check every op",
         lambda blocks: CheckedFreeBlockQueue(blocks, full_check_every=1),

@@ -17,7 +17,9 @@ Check mode: ``CheckedFreeBlockQueue`` catches a corrupted queue at the
 operation that meets the damage. Setting ``VERIFIED_QUEUE_CHECKS=1`` (or
 ``full``) in the environment before the package is imported binds
 ``verified_queue.FreeBlockQueue`` to ``CheckedFreeBlockQueue``, for code that
-cannot be changed to build the checked class itself. The switch rebinds this
+cannot be changed to build the checked class itself; ``trace`` binds it to
+``TracedFreeBlockQueue``, check mode whose errors also say where each block
+was last linked and unlinked (``verified_queue.traced``). The switch rebinds this
 name only: ``verified_queue.queue.FreeBlockQueue`` is always the production
 class, which holds no check and stays a plain (or mypyc-compiled) class.
 """
@@ -45,7 +47,8 @@ __version__ = "0.1.0"
 COMPILED: bool = not (_queue_module.__file__ or "").endswith(".py")
 
 #: The check mode in force, read from ``VERIFIED_QUEUE_CHECKS`` at import: ``"off"``,
-#: ``"on"`` or ``"full"`` (a full O(n) check before every operation).
+#: ``"on"``, ``"full"`` (a full O(n) check before every operation) or ``"trace"`` (``on``,
+#: and every error names where its blocks were last linked and unlinked).
 CHECK_LEVEL: str = _switch.CHECK_LEVEL
 
 if TYPE_CHECKING:
@@ -54,11 +57,18 @@ if TYPE_CHECKING:
     # signatures, so what checks against one holds for the other.
     from verified_queue.checked import CheckedFreeBlockQueue
     from verified_queue.queue import FreeBlockQueue
+    from verified_queue.traced import TracedFreeBlockQueue
 elif CHECK_LEVEL == "off":
     # Check mode is not loaded: ``CheckedFreeBlockQueue`` is imported on first use, by
     # the module ``__getattr__`` below (PEP 562), so a process with checks off never
     # loads a checker.
     FreeBlockQueue = _queue_module.FreeBlockQueue
+elif CHECK_LEVEL == "trace":
+    # The trace level: check mode plus the history of each block (loaded only here).
+    from verified_queue.checked import CheckedFreeBlockQueue
+    from verified_queue.traced import TracedFreeBlockQueue
+
+    FreeBlockQueue = TracedFreeBlockQueue
 else:
     # Binding the exported name, not patching the class: a mypyc-compiled FreeBlockQueue
     # cannot be patched, and the production class stays check-free. Either way the name
@@ -69,11 +79,18 @@ else:
 
 
 def __getattr__(name: str) -> object:
-    """Load check mode on first use of ``verified_queue.CheckedFreeBlockQueue`` (PEP 562)."""
+    """Load check mode on first use of ``CheckedFreeBlockQueue`` or ``TracedFreeBlockQueue``.
+
+    PEP 562: a process that uses neither never loads a checker.
+    """
     if name == "CheckedFreeBlockQueue":
         from verified_queue.checked import CheckedFreeBlockQueue  # noqa: PLC0415 -- lazy on purpose
 
         return CheckedFreeBlockQueue
+    if name == "TracedFreeBlockQueue":
+        from verified_queue.traced import TracedFreeBlockQueue  # noqa: PLC0415 -- lazy on purpose
+
+        return TracedFreeBlockQueue
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -90,6 +107,7 @@ __all__ = [
     "NegativeCountError",
     "NotInQueueError",
     "QueueError",
+    "TracedFreeBlockQueue",
     "WrongTypeError",
     "__version__",
 ]

@@ -17,13 +17,23 @@ ENVIRONMENT_VARIABLE: Final = "VERIFIED_QUEUE_CHECKS"
 #: Accepted values and the level each selects. ``off``: ``verified_queue.FreeBlockQueue``
 #: is the production class. ``on``: it is ``CheckedFreeBlockQueue`` (O(1) checks per
 #: operation, a full check every max(1000, len) operations). ``full``: the same class,
-#: with a full check before every operation (O(n) each: for small test queues). Each
-#: level's own name is accepted too, so the value ``CHECK_LEVEL`` reports can be fed back.
-LEVELS: Final = {"": "off", "0": "off", "off": "off", "1": "on", "on": "on", "full": "full"}
+#: with a full check before every operation (O(n) each: for small test queues).
+#: ``trace``: ``TracedFreeBlockQueue``, the ``on`` checks plus a record of who linked and
+#: unlinked each block, named in every error. Each level's own name is accepted too, so
+#: the value ``CHECK_LEVEL`` reports can be fed back.
+LEVELS: Final = {
+    "": "off",
+    "0": "off",
+    "off": "off",
+    "1": "on",
+    "on": "on",
+    "full": "full",
+    "trace": "trace",
+}
 
 
 def read_check_level(environ: Mapping[str, str] = os.environ) -> str:
-    """Return ``"off"``, ``"on"`` or ``"full"`` for the switch's value in ``environ``.
+    """Return ``"off"``, ``"on"``, ``"full"`` or ``"trace"`` for the switch's value in ``environ``.
 
     Unset, empty, ``0`` and ``off`` mean off; ``1`` and ``on`` mean on (any case,
     spaces trimmed). Any value outside :data:`LEVELS` raises ``ValueError``: a

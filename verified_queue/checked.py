@@ -116,11 +116,35 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         for name in _LINKING_METHODS:
             setattr(cls, f"_super_{name}", getattr(after_check_mode, name))
 
-    def __init__(self, blocks: Iterable[B] = (), *, full_check_every: int | None = None) -> None:
+    def __new__(
+        cls,
+        blocks: Iterable[B] = (),  # noqa: ARG004 -- for __init__
+        *,
+        full_check_every: int | None = None,  # noqa: ARG004 -- for __init__
+        trace: bool | int | None = None,
+    ) -> CheckedFreeBlockQueue[B]:
+        """Build the trace level's subclass for ``trace=True`` (or ``trace=N``, the ring's length).
+
+        ``trace`` not given traces under ``VERIFIED_QUEUE_CHECKS=trace`` only;
+        see :class:`verified_queue.traced.TracedFreeBlockQueue`, loaded only then.
+        """
+        if trace is False or (trace is None and _switch.CHECK_LEVEL != "trace"):
+            return super().__new__(cls)
+        from verified_queue.traced import traced_class  # noqa: PLC0415 -- the level loads lazily
+
+        return super().__new__(traced_class(cls, trace))
+
+    def __init__(
+        self,
+        blocks: Iterable[B] = (),
+        *,
+        full_check_every: int | None = None,
+        trace: bool | int | None = None,  # noqa: ARG002 -- read by __new__
+    ) -> None:
         """Link ``blocks`` front to back, as :class:`FreeBlockQueue` does, with checks on.
 
         Raises ``ValueError`` unless ``full_check_every`` is ``None`` or an
-        int >= 0.
+        int >= 0. ``trace`` selects the trace level (see ``__new__``).
 
         Runtime complexity: O(n)
         """

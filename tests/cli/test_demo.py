@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import subprocess
@@ -337,3 +338,26 @@ def test_the_demo_runs_as_a_module_in_a_fresh_process(tmp_path: Path) -> None:
     assert completed.returncode == 1, completed.stderr
     assert "[fault] planting foreign-remove" in completed.stdout
     assert "STOPPED at the faulty call, by NotInQueueError" in completed.stdout
+
+
+def test_an_injected_double_free_names_the_line_of_the_first_free() -> None:
+    """Under --inject the demo runs traced: a double free names _finish's first free's line."""
+    source, start = inspect.getsourcelines(demo._Simulation._finish)
+    first_free = next(
+        start + offset
+        for offset, line in enumerate(source)
+        if "self.pool.free_blocks(reversed(request.blocks))" in line
+    )
+    report, output = run_quietly(replace(SMALL, inject="double-free"))
+    assert report.status == 1
+    assert "trace level" in output
+    freed = report.result.split("freed before by: ")[1].splitlines()[0]
+    assert f"demo.py:{first_free} in _finish" in freed
+
+
+def test_no_trace_leaves_an_injected_fault_to_plain_check_mode() -> None:
+    """``trace=False`` under --inject runs plain check mode: the same stop, no history lines."""
+    report, output = run_quietly(replace(SMALL, inject="double-free", trace=False))
+    assert report.status == 1
+    assert "trace level" not in output
+    assert "freed before by" not in report.result

@@ -21,7 +21,10 @@ engine drives its KV cache:
 
 In check mode (the default) the pool's free queue is a
 ``CheckedFreeBlockQueue``; ``--inject`` plants a realistic caller bug halfway
-through the run to show where it is stopped. Every run that raises nothing
+through the run to show where it is stopped, in the trace level
+(``TracedFreeBlockQueue``, ``--no-trace`` to leave it off), so that the report
+also names the demo's own line that set the bug up: where a block freed twice
+was freed the first time. Every run that raises nothing
 ends with an audit of the pool's invariants (``BlockPool.check_consistency``);
 then comes the report. Its calls per second time the whole simulation, so
 they are a sign of life, not a benchmark: measurements live in ``bench/``.
@@ -52,6 +55,7 @@ from verified_queue.kvcache.keys import (
 )
 from verified_queue.kvcache.pool import BlockPool, BlockPoolError, KVCacheBlock, QueueFactory
 from verified_queue.queue import FreeBlockQueue
+from verified_queue.traced import TracedFreeBlockQueue
 
 __all__ = [
     "FAULTS",
@@ -104,6 +108,8 @@ class DemoConfig:
     seed: int = 0
     checks: bool = True
     inject: str | None = None
+    #: The trace level (with checks on); ``None``: on exactly when a fault is injected.
+    trace: bool | None = None
     max_running: int = 256
     arrivals_per_step: int = 4
     key_function: str = "sha256"
@@ -208,22 +214,51 @@ class _CountingCheckedQueue(CheckedFreeBlockQueue[KVCacheBlock]):
         super().prepend_n(blocks)
 
 
-def _queue_factory(checks: bool) -> tuple[QueueFactory, Callable[[], str]]:
+class _CountingTracedQueue(TracedFreeBlockQueue[KVCacheBlock]):
+    """The trace level's queue, counting the full checks it ran; it numbers its operations itself.
+
+    Unlike ``_CountingCheckedQueue`` it wraps no operation: a wrapper in this file
+    would be the caller the trace records, instead of the simulation's own line.
+    """
+
+    __slots__ = ("full_checks",)
+
+    full_checks: int
+
+    def __init__(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Build the traced queue with the counter at zero."""
+        self.full_checks = 0
+        super().__init__(blocks)
+
+    def full_check(self) -> None:
+        """Run the full O(n) check, counting it."""
+        self.full_checks += 1
+        super().full_check()
+
+    @property
+    def operations_checked(self) -> int:
+        """The operations checked (and traced): the queue's own operation count."""
+        return self.operations
+
+
+def _queue_factory(checks: bool, trace: bool = False) -> tuple[QueueFactory, Callable[[], str]]:
     """Return the factory of the pools' free queues and a function describing the checks run."""
     if not checks:
         return FreeBlockQueue, lambda: "off"
-    queues: list[_CountingCheckedQueue] = []
+    queue_class = _CountingTracedQueue if trace else _CountingCheckedQueue
+    queues: list[_CountingTracedQueue | _CountingCheckedQueue] = []
 
     def factory(blocks: list[KVCacheBlock]) -> FreeBlockQueue[KVCacheBlock]:
-        queue = _CountingCheckedQueue(blocks)
+        queue = queue_class(blocks)
         queues.append(queue)
         return queue
 
     def describe() -> str:
         operations = sum(queue.operations_checked for queue in queues)
         full = sum(queue.full_checks for queue in queues)
+        traced = " and traced" if trace else ""
         return (
-            f"{operations:,} queue operations checked in O(1) before and after, "
+            f"{operations:,} queue operations checked in O(1) before and after{traced}, "
             f"{full:,} full O(n) checks"
         )
 
@@ -238,7 +273,7 @@ class _Simulation:
         self.out = out
         self.rng = random.Random(config.seed)
         self.key_function = key_function_by_name(config.key_function)
-        factory, self.describe_checks = _queue_factory(config.checks)
+        factory, self.describe_checks = _queue_factory(config.checks, _traces(config))
         self.pool = BlockPool(config.blocks, queue_factory=factory)
         # The pool of a second KV-cache group (say, a hybrid model's sliding-window
         # layers): idle here, it exists so that a foreign block can be mistaken for ours.
@@ -493,6 +528,18 @@ def _call_chain(error: BaseException) -> tuple[list[str], bool]:
     return chain, at_faulty_call
 
 
+def _traces(config: DemoConfig) -> bool:
+    """Whether the run uses the trace level: asked for, or by default when a fault is planted.
+
+    A planted fault is a debugging session, where the trace's "who did it"
+    is the point; a clean run shows check mode's own pace, which tracing
+    would slow down.
+    """
+    if not config.checks:
+        return False
+    return config.inject is not None if config.trace is None else config.trace
+
+
 def _validate(config: DemoConfig) -> None:
     """Raise ``ValueError`` for a configuration the simulation cannot serve."""
     if config.inject is not None and config.inject not in FAULTS:
@@ -532,6 +579,8 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoReport:
     if out is None:
         out = sys.stdout  # looked up now, not at import, so that redirection works
     mode = "check mode on" if config.checks else "check mode off (--no-checks)"
+    if _traces(config):
+        mode += ", trace level"
     print(
         f"simulating {config.requests:,} requests on a pool of {config.blocks:,} blocks "
         f"x {config.block_size} tokens, seed {config.seed}, {config.key_function} keys, {mode}",
@@ -633,7 +682,9 @@ def _print_report(report: DemoReport, out: TextIO) -> None:
     rows.append(("result", report.result))
     print("report", file=out)
     for label, value in rows:
-        print(f"  {label:<22} {value}", file=out)
+        # A trace-level error's history lines continue under the value column.
+        lines = value.replace("\n", "\n" + " " * 25)
+        print(f"  {label:<22} {lines}", file=out)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -655,6 +706,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="checks",
         action="store_false",
         help="run on the production queue, without check mode (faster)",
+    )
+    parser.add_argument(
+        "--trace",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the trace level of check mode: every error names where its blocks were last "
+        "linked and unlinked (default: on with --inject, off otherwise)",
     )
     parser.add_argument(
         "--key-function",
@@ -683,6 +741,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         checks=args.checks,
         inject=args.inject,
+        trace=args.trace,
         key_function=args.key_function,
     )
     try:

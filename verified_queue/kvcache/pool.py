@@ -552,10 +552,15 @@ class BlockPool:
                 )
             count = left.get(id(block), block.ref_cnt) - 1
             if count < 0:
-                raise DoubleFreeError(
+                error = DoubleFreeError(
                     f"free_blocks({block!r}): freed more often than it is held, "
                     f"its ref_cnt would drop to {count} (a double free?)"
                 )
+                # A traced free queue (the trace level) adds where the block was freed before.
+                annotate = getattr(self.free_block_queue, "annotate", None)
+                if annotate is not None:
+                    annotate(error, "free_blocks", (block,))
+                raise error
             left[id(block)] = count
             if count == 0:
                 if block.prev_free_block is not None or block.next_free_block is not None:

@@ -1,0 +1,624 @@
+"""The trace level: every error names who linked and unlinked its blocks, file, line and thread.
+
+Each history claim is a ``claim_*`` function that raises ``AssertionError`` when a
+record is wrong or missing. The claims run against ``TracedFreeBlockQueue`` (they
+pass) and against recorders with a planted bug (each bug fails at least one claim).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import pickle
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+import pytest
+
+from tests.checks.test_check_switch import run_fresh
+from tests.checks.test_checked_damage import DAMAGE, _every_operation
+from verified_queue import (
+    AlreadyInQueueError,
+    Block,
+    CheckedFreeBlockQueue,
+    EmptyQueueError,
+    InvariantViolation,
+    NotInQueueError,
+    QueueError,
+    WrongTypeError,
+)
+from verified_queue import traced as traced_module
+from verified_queue.kvcache.pool import BlockPool, DoubleFreeError
+from verified_queue.traced import (
+    DEFAULT_HISTORY,
+    History,
+    Operation,
+    TracedFreeBlockQueue,
+    _Caller,
+    _Recorded,
+)
+
+THIS_FILE = os.path.abspath(__file__)
+
+Queue = TracedFreeBlockQueue[Block]
+MakeQueue = Callable[..., TracedFreeBlockQueue[Any]]
+
+
+class WeakBlock(Block):
+    """A block type with an instance dict, so weak references to it work (as vLLM's block)."""
+
+
+def here() -> int:
+    """The caller's line number: ``line = here() + 1`` names the line after it."""
+    return sys._getframe(1).f_lineno
+
+
+def history_of(error: BaseException) -> History:
+    """The ``history`` field of a trace-level error, which every one of them carries."""
+    history = getattr(error, "history", None)
+    assert isinstance(history, History), f"no history on {error!r}"
+    return history
+
+
+def assert_names(operation: Operation | None, name: str, line: int, function: str) -> None:
+    """``operation`` is ``name`` called from this file's ``line`` in ``function``."""
+    assert operation is not None, f"no record, expected {name}() at line {line}"
+    assert operation.name == name, operation
+    assert (operation.filename, operation.lineno) == (THIS_FILE, line), operation
+    assert operation.function == function, operation
+
+
+# ----------------------------------------------------------------------------- claims
+
+
+def claim_double_free_names_the_first_free(make: MakeQueue) -> None:
+    """A second free names the line of the first free and says the block was not taken since."""
+    blocks = [Block() for _ in range(3)]
+    queue = make(blocks[:2])
+    freed_at = here() + 1
+    queue.append(blocks[2])
+    queue.popleft()
+    with pytest.raises(AlreadyInQueueError) as caught:
+        queue.append(blocks[2])
+    (record,) = history_of(caught.value).blocks
+    assert_names(record.linked, "append", freed_at, "claim_double_free_names_the_first_free")
+    assert record.linked is not None
+    assert record.linked.number == 2, record.linked  # after the constructor's append_n (#1)
+    message = str(caught.value)
+    freed = message.split("freed before by: ")[1].splitlines()[0]
+    assert freed.startswith("#2 append() at ")
+    assert f":{freed_at} in claim_double_free_names_the_first_free" in freed
+    assert "taken since: never, the block is still in this queue" in message
+
+
+def claim_double_free_names_where_it_was_taken_since(make: MakeQueue) -> None:
+    """A block freed, taken and linked elsewhere, then freed again: all three lines named."""
+    block = Block()
+    queue, other = make(), make()
+    freed_at = here() + 1
+    queue.append(block)
+    taken_at = here() + 1
+    queue.popleft()
+    relinked_at = here() + 1
+    other.append(block)
+    with pytest.raises(AlreadyInQueueError) as caught:
+        queue.append(block)
+    function = "claim_double_free_names_where_it_was_taken_since"
+    (record,) = history_of(caught.value).blocks
+    assert_names(record.linked, "append", freed_at, function)
+    assert_names(record.unlinked, "popleft", taken_at, function)
+    message = str(caught.value)
+    assert f":{taken_at} in {function}" in message.split("taken since by: ")[1].splitlines()[0]
+    elsewhere = message.split("linked in another traced queue by: ")[1].splitlines()[0]
+    assert f":{relinked_at} in {function}" in elsewhere
+
+
+def claim_remove_of_a_detached_block_names_where_it_left(make: MakeQueue) -> None:
+    """``remove`` of a block taken earlier names the operation and line that took it."""
+    blocks = [Block() for _ in range(4)]
+    queue = make(blocks)
+    left_at = here() + 1
+    queue.popleft_n(2)
+    queue.remove(blocks[3])
+    for block, line, name in (
+        (blocks[1], left_at, "popleft_n"),
+        (blocks[3], left_at + 1, "remove"),
+    ):
+        with pytest.raises(NotInQueueError) as caught:
+            queue.remove(block)
+        (record,) = history_of(caught.value).blocks
+        assert_names(
+            record.unlinked, name, line, "claim_remove_of_a_detached_block_names_where_it_left"
+        )
+        assert f"left this queue by: #{record.unlinked.number} {name}()" in str(caught.value)  # type: ignore[union-attr]  # asserted above
+
+
+def claim_a_foreign_block_names_where_the_other_queue_linked_it(make: MakeQueue) -> None:
+    """A block of another traced queue: the call's line and where the other queue linked it."""
+    block = Block()
+    queue = make([Block()])
+    linked_at = here() + 1
+    other = make([Block(), block])
+    removed_at = here() + 2
+    with pytest.raises(NotInQueueError) as caught:
+        queue.remove(block)
+    history = history_of(caught.value)
+    function = "claim_a_foreign_block_names_where_the_other_queue_linked_it"
+    assert (history.call.lineno, history.call.function) == (removed_at, function)
+    assert history.blocks == ()  # this queue never held it
+    elsewhere = str(caught.value).split("linked in another traced queue by: ")[1].splitlines()[0]
+    assert "#1 append_n() at " in elsewhere
+    assert f":{linked_at} in {function}" in elsewhere
+    assert len(other) == 2
+
+
+def claim_a_count_written_from_outside_names_the_writer(make: MakeQueue) -> None:
+    """The next operation after a write of ``num_free_blocks`` names the writer's line."""
+    queue = make([Block(), Block()])
+    queue.popleft()
+    written_at = here() + 1
+    queue.num_free_blocks += 1
+    for operation in (len, lambda queue: queue.popleft()):
+        with pytest.raises(InvariantViolation) as caught:
+            operation(queue)
+        history = history_of(caught.value)
+        assert history.count_written is not None
+        assert (history.count_written.filename, history.count_written.lineno) == (
+            THIS_FILE,
+            written_at,
+        )
+        assert history.count_written.number == 2  # written after operation #2
+        assert "num_free_blocks written from outside at " in str(caught.value)
+        assert f":{written_at} in claim_a_count_written_from_outside_names_the_writer" in str(
+            caught.value
+        )
+
+
+def claim_damage_lists_the_last_operations_and_the_damaged_blocks(make: MakeQueue) -> None:
+    """Damage found by a check: the last N operations, oldest first, and the blocks' records."""
+    blocks = [Block() for _ in range(5)]
+    built_at = here() + 1
+    queue = make(blocks, trace=3)
+    first = here() + 1
+    queue.popleft()
+    queue.append(blocks[0])
+    queue.remove(blocks[2])
+    queue.append(blocks[2])  # the queue is 1, 3, 4, 0, 2
+    blocks[4].prev_free_block = blocks[1]  # a link written by hand: 3 <- 4 becomes 1 <- 4
+    with pytest.raises(InvariantViolation) as caught:
+        queue.full_check()
+    history = history_of(caught.value)
+    function = "claim_damage_lists_the_last_operations_and_the_damaged_blocks"
+    assert [(op.number, op.name, op.lineno) for op in history.recent] == [
+        (3, "append", first + 1),
+        (4, "remove", first + 2),
+        (5, "append", first + 3),
+    ]
+    assert all(op.function == function for op in history.recent)
+    damaged = {record.block: record for record in history.blocks}
+    assert set(damaged) == {repr(blocks[3]), repr(blocks[4])}
+    record = damaged[repr(blocks[4])]
+    assert_names(record.linked, "append_n", built_at, function)
+    assert record.unlinked is None
+    record = damaged[repr(blocks[3])]
+    assert record.linked is not None
+    assert record.linked.number == 1
+    message = str(caught.value)
+    assert "last 3 operations, oldest first:" in message
+    assert f"damaged {blocks[4]!r}: last linked by #1 append_n()" in message
+
+
+def claim_operations_and_threads_are_recorded(make: MakeQueue) -> None:
+    """Each thread's operations carry its name; numbers count the queue's operations."""
+    queue = make([Block() for _ in range(40)], trace=64)
+    lock = threading.Lock()
+
+    def churn() -> None:
+        for _ in range(10):
+            with lock:
+                queue.append(queue.popleft())
+
+    workers = [threading.Thread(target=churn, name=f"worker-{index}") for index in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    recent = queue.recent_operations()
+    assert [op.number for op in recent] == list(range(1, 42))
+    assert queue.operations == 41
+    for name in ("worker-0", "worker-1"):
+        mine = [op for op in recent[1:] if op.thread == name]
+        assert len(mine) == 20, recent
+        assert {op.function for op in mine} == {"churn"}
+    # The double free of a thread names the other thread as the first freer.
+    block = Block()
+    freer = threading.Thread(target=queue.append, args=(block,), name="first-freer")
+    freer.start()
+    freer.join()
+    with pytest.raises(AlreadyInQueueError) as caught:
+        queue.append(block)
+    (record,) = history_of(caught.value).blocks
+    assert record.linked is not None
+    assert record.linked.thread == "first-freer"
+    assert history_of(caught.value).call.thread == threading.current_thread().name
+
+
+def claim_the_ring_keeps_the_last_n(make: MakeQueue) -> None:
+    """``trace=N`` keeps exactly the last N operations; the default keeps DEFAULT_HISTORY."""
+    queue = make([Block()], trace=4)
+    for _ in range(10):
+        queue.append(queue.popleft())
+    assert [op.number for op in queue.recent_operations()] == [18, 19, 20, 21]
+    default = make([Block()])
+    for _ in range(40):
+        default.append(default.popleft())
+    assert len(default.recent_operations()) == DEFAULT_HISTORY
+
+
+def claim_a_pool_call_is_recorded_at_its_caller(make: MakeQueue) -> None:
+    """Through a block pool, the record names the pool's caller, not the pool's own code."""
+    pool = BlockPool(4, queue_factory=make)
+    blocks = pool.get_new_blocks(2)
+    freed_at = here() + 1
+    pool.free_blocks(blocks)
+    with pytest.raises(DoubleFreeError) as caught:
+        pool.free_blocks(blocks[:1])
+    (record,) = history_of(caught.value).blocks
+    assert_names(
+        record.linked, "prepend_n", freed_at, "claim_a_pool_call_is_recorded_at_its_caller"
+    )
+    assert "freed before by: " in str(caught.value)
+
+
+CLAIMS = [
+    claim_double_free_names_the_first_free,
+    claim_double_free_names_where_it_was_taken_since,
+    claim_remove_of_a_detached_block_names_where_it_left,
+    claim_a_foreign_block_names_where_the_other_queue_linked_it,
+    claim_a_count_written_from_outside_names_the_writer,
+    claim_damage_lists_the_last_operations_and_the_damaged_blocks,
+    claim_operations_and_threads_are_recorded,
+    claim_the_ring_keeps_the_last_n,
+    claim_a_pool_call_is_recorded_at_its_caller,
+]
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda claim: claim.__name__)
+def test_the_trace_level_keeps_its_claim(claim: Callable[[MakeQueue], None]) -> None:
+    """Each history claim holds for TracedFreeBlockQueue."""
+    claim(TracedFreeBlockQueue)
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda claim: claim.__name__)
+def test_the_claim_holds_through_checked_free_block_queue_trace_true(
+    claim: Callable[[MakeQueue], None],
+) -> None:
+    """``CheckedFreeBlockQueue(blocks, trace=...)`` builds the same traced queue."""
+    # A partial, not a function: a function of this file would be the constructor's caller.
+    claim(cast("MakeQueue", functools.partial(CheckedFreeBlockQueue, trace=True)))
+
+
+# ----------------------------------------------------------------------- planted bugs
+
+
+class RecordsTheWrongLine(TracedFreeBlockQueue[Block]):
+    """Planted: every record names the line after the caller's."""
+
+    __slots__ = ()
+
+    def _record(self, name: str, caller: _Caller) -> _Recorded:
+        filename, line, function = caller
+        return super()._record(name, (filename, line + 1, function))
+
+
+class ForgetsFrees(TracedFreeBlockQueue[Block]):
+    """Planted: blocks linked by append are not recorded."""
+
+    __slots__ = ()
+
+    def _linked(self, blocks: Iterable[Block], recorded: _Recorded) -> None:
+        if recorded[1] != "append":
+            super()._linked(blocks, recorded)
+
+
+class ForgetsTakes(TracedFreeBlockQueue[Block]):
+    """Planted: blocks unlinked are not recorded."""
+
+    __slots__ = ()
+
+    def _unlinked(self, blocks: Iterable[Block], recorded: _Recorded) -> None:
+        """Record nothing."""
+
+
+class ForgetsTheLinkOnTheWayOut(TracedFreeBlockQueue[Block]):
+    """Planted: a block that leaves loses the record of where it was freed."""
+
+    __slots__ = ()
+
+    def _unlinked(self, blocks: Iterable[Block], recorded: _Recorded) -> None:
+        blocks = list(blocks)
+        for block in blocks:
+            self._records.pop(id(block), None)
+        super()._unlinked(blocks, recorded)
+
+
+class RecordsTheWrongThread(TracedFreeBlockQueue[Block]):
+    """Planted: every operation is put down to the main thread."""
+
+    __slots__ = ()
+
+    def _record(self, name: str, caller: _Caller) -> _Recorded:
+        recorded = super()._record(name, caller)
+        fixed = (*recorded[:5], "MainThread")
+        self._recent[-1] = fixed
+        return fixed
+
+
+class MissesCountWrites(TracedFreeBlockQueue[Block]):
+    """Planted: writes of num_free_blocks from outside are not noted."""
+
+    __slots__ = ()
+
+    def _note_count_write(self, what: str) -> None:
+        """Note nothing."""
+
+
+class KeepsEveryOperation(TracedFreeBlockQueue[Block]):
+    """Planted: the ring is not bounded."""
+
+    __slots__ = ()
+
+    def __init__(self, blocks: Iterable[Block] = (), *, trace: bool | int = True) -> None:
+        super().__init__(blocks, trace=trace)
+        self._recent = deque(self._recent)
+
+
+class CountsOnlyBatches(TracedFreeBlockQueue[Block]):
+    """Planted: the ring records only batch operations."""
+
+    __slots__ = ()
+
+    def _record(self, name: str, caller: _Caller) -> _Recorded:
+        recorded = super()._record(name, caller)
+        if not name.endswith("_n"):
+            self._recent.pop()
+        return recorded
+
+
+PLANTED = [
+    RecordsTheWrongLine,
+    ForgetsFrees,
+    ForgetsTakes,
+    ForgetsTheLinkOnTheWayOut,
+    RecordsTheWrongThread,
+    MissesCountWrites,
+    KeepsEveryOperation,
+    CountsOnlyBatches,
+]
+
+
+def claims_failed_by(queue_class: type[Queue]) -> list[str]:
+    """The names of the claims that fail on ``queue_class``."""
+    failed = []
+    for claim in CLAIMS:
+        try:
+            claim(queue_class)
+        except Exception:
+            failed.append(claim.__name__)
+    return failed
+
+
+@pytest.mark.parametrize("queue_class", PLANTED, ids=lambda cls: cls.__name__)
+def test_each_planted_recorder_bug_fails_a_claim(queue_class: type[Queue]) -> None:
+    """A recorder with a planted bug fails at least one claim: the claims can fail."""
+    assert claims_failed_by(queue_class), f"no claim catches {queue_class.__name__}"
+
+
+def test_a_caller_walk_that_stops_in_the_library_fails_the_pool_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted: a caller walk that takes the first frame (the pool's) instead of the caller's."""
+
+    def first_frame() -> _Caller:
+        frame = sys._getframe(2)
+        return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+
+    monkeypatch.setattr(traced_module, "_caller", first_frame)
+    with pytest.raises(AssertionError):
+        claim_a_pool_call_is_recorded_at_its_caller(TracedFreeBlockQueue)
+
+
+def test_every_error_of_the_trace_level_carries_the_history() -> None:
+    """Misuse that names no block still names this call, and an empty queue its last operation."""
+    queue = TracedFreeBlockQueue([Block()])
+    emptied_at = here() + 1
+    queue.popleft()
+    with pytest.raises(EmptyQueueError) as caught:
+        queue.popleft()
+    assert "last operation: #2 popleft() at " in str(caught.value)
+    assert f":{emptied_at} in test_every_error" in str(caught.value)
+    with pytest.raises(WrongTypeError) as wrong:
+        queue.popleft_n("2")  # type: ignore[arg-type]  # refused
+    assert history_of(wrong.value).call.name == "popleft_n"
+
+
+def test_an_iteration_that_meets_a_departed_block_names_where_it_left() -> None:
+    """A block removed under a live iteration: the error names the iteration and the remove."""
+    blocks = [Block() for _ in range(3)]
+    queue = TracedFreeBlockQueue(blocks)
+    started_at = here() + 1
+    walk = iter(queue)
+    assert next(walk) is blocks[0]
+    removed_at = here() + 1
+    queue.remove(blocks[0])
+    with pytest.raises(NotInQueueError) as caught:
+        next(walk)
+    history = history_of(caught.value)
+    assert (history.call.name, history.call.lineno) == ("iter", started_at)
+    (record,) = history.blocks
+    assert_names(
+        record.unlinked,
+        "remove",
+        removed_at,
+        "test_an_iteration_that_meets_a_departed_block_names_where_it_left",
+    )
+
+
+def test_a_block_that_left_for_another_queue_is_not_called_damaged() -> None:
+    """Damage in one queue lists its own broken blocks, not a block now linked in another queue."""
+    blocks = [Block() for _ in range(4)]
+    queue = TracedFreeBlockQueue(blocks[:3])
+    other: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    other.append(queue.popleft())
+    blocks[2].prev_free_block = blocks[3]  # a link written by hand
+    with pytest.raises(InvariantViolation) as caught:
+        queue.full_check()
+    damaged = {record.block for record in history_of(caught.value).blocks}
+    assert repr(blocks[0]) not in damaged
+    assert repr(blocks[2]) in damaged
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_every_method_of_a_damaged_traced_queue_raises_only_queue_errors(damage: str) -> None:
+    """The trace level explains without ever turning check mode's QueueError into a raw error."""
+    blocks = [Block() for _ in range(3)]
+    unexplained = []
+    for index in range(len(_every_operation(TracedFreeBlockQueue(blocks), blocks))):
+        blocks = [Block() for _ in range(3)]
+        queue = TracedFreeBlockQueue(blocks, full_check_every=0)
+        try:
+            DAMAGE[damage](queue, blocks)
+        except (AttributeError, TypeError):
+            pytest.skip("this build's typed slots refuse the damage")
+        try:
+            _every_operation(queue, blocks)[index]()
+        except QueueError as error:  # anything else fails the test
+            explained = isinstance(getattr(error, "history", None), History)
+            if not explained and "no history: the trace could not be read" not in str(error):
+                unexplained.append((index, error))
+    assert unexplained == []
+
+
+# ------------------------------------------------------------------------- records
+
+
+def test_a_record_of_a_block_that_died_is_dropped_and_fools_no_new_block() -> None:
+    """A weakly referenced block's record goes with it; a new block at its id has no history."""
+    queue: TracedFreeBlockQueue[WeakBlock] = TracedFreeBlockQueue([WeakBlock()])
+    block = queue.popleft()
+    key = id(block)
+    assert queue.history_of(block) is not None
+    del block
+    gc.collect()
+    assert key not in queue._records
+    # Allocate until a new block lands on the dead block's id (CPython reuses it soon).
+    newcomers = [WeakBlock() for _ in range(1000)]
+    for newcomer in newcomers:
+        assert queue.history_of(newcomer) is None
+
+
+def test_a_block_without_weak_references_is_held_only_while_it_is_recent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Slotted blocks that left are held by their records, HELD_DEPARTED of them at most."""
+    monkeypatch.setattr(traced_module, "HELD_DEPARTED", 3)
+    blocks = [Block() for _ in range(5)]
+    queue = TracedFreeBlockQueue(blocks)
+    queue.popleft_n(5)
+    assert [queue.history_of(block) is not None for block in blocks] == [False, False] + [True] * 3
+    assert len(queue._held) == 3
+    # The dropped records hold nothing: only the three recent blocks are held.
+    held = [record[0] for record in queue._records.values()]
+    assert [any(holder is block for holder in held) for block in blocks] == [False] * 2 + [True] * 3
+
+
+def test_a_block_linked_again_is_not_held_by_its_old_record() -> None:
+    """A block back in the queue is held by the membership only, not by the departed records."""
+    blocks = [Block(), Block()]
+    queue = TracedFreeBlockQueue(blocks)
+    block = queue.popleft()
+    assert id(block) in queue._held
+    queue.append(block)
+    assert id(block) not in queue._held
+    history = queue.history_of(block)
+    assert history is not None
+    assert history.linked is not None
+    assert history.unlinked is not None
+    assert (history.unlinked.name, history.linked.name) == ("popleft", "append")
+
+
+# ------------------------------------------------------------------- switching it on
+
+
+def test_trace_argument_values() -> None:
+    """``trace`` takes True, False or a ring length >= 1; anything else is refused."""
+    assert type(CheckedFreeBlockQueue([Block()], trace=False)) is CheckedFreeBlockQueue
+    assert type(CheckedFreeBlockQueue([Block()], trace=True)) is TracedFreeBlockQueue
+    five = CheckedFreeBlockQueue([Block()], trace=5)
+    assert isinstance(five, TracedFreeBlockQueue)
+    assert five._recent.maxlen == 5
+    for bad in (0, -1, 2.5, "yes"):
+        with pytest.raises(ValueError, match="trace="):
+            CheckedFreeBlockQueue([Block()], trace=bad)  # type: ignore[arg-type]  # refused
+
+
+def test_a_checked_subclass_cannot_be_traced_by_argument() -> None:
+    """``trace=True`` on a CheckedFreeBlockQueue subclass is refused: subclass the traced class."""
+
+    class Mine(CheckedFreeBlockQueue[Block]):
+        __slots__ = ()
+
+    assert type(Mine([Block()])) is Mine
+    with pytest.raises(TypeError, match="TracedFreeBlockQueue"):
+        Mine([Block()], trace=True)
+
+
+def test_an_error_explained_keeps_its_type_and_pickles() -> None:
+    """The trace adds lines and a field but keeps the error's class, family and pickling."""
+    queue = TracedFreeBlockQueue([Block()])
+    queue.num_free_blocks = 7
+    with pytest.raises(InvariantViolation) as caught:
+        len(queue)
+    assert caught.value.invariant == "count_consistency"
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert str(copy) == str(caught.value)
+    assert copy.invariant == "count_consistency"
+
+
+SWITCH_PROBE = """
+import json, sys
+import verified_queue
+from verified_queue import Block, FreeBlockQueue
+loaded_at_import = "verified_queue.traced" in sys.modules
+queue = FreeBlockQueue([Block()])
+verified_queue.CheckedFreeBlockQueue([Block()])
+print(json.dumps({
+    "level": verified_queue.CHECK_LEVEL,
+    "class": type(queue).__name__,
+    "direct": type(verified_queue.CheckedFreeBlockQueue([Block()])).__name__,
+    "loaded_at_import": loaded_at_import,
+    "loaded": "verified_queue.traced" in sys.modules,
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, ["off", "FreeBlockQueue", "CheckedFreeBlockQueue", False, False]),
+        ("1", ["on", "CheckedFreeBlockQueue", "CheckedFreeBlockQueue", False, False]),
+        ("trace", ["trace", "TracedFreeBlockQueue", "TracedFreeBlockQueue", True, True]),
+        (" Trace ", ["trace", "TracedFreeBlockQueue", "TracedFreeBlockQueue", True, True]),
+    ],
+)
+def test_the_switch_selects_the_trace_level_and_loads_it_only_then(
+    value: str | None, expected: list[object]
+) -> None:
+    """VERIFIED_QUEUE_CHECKS=trace binds the traced class; no other level loads the trace."""
+    report = run_fresh(SWITCH_PROBE, value)
+    keys = ["level", "class", "direct", "loaded_at_import", "loaded"]
+    assert [report[key] for key in keys] == expected

@@ -1,0 +1,797 @@
+"""The trace level of check mode: a checked queue whose errors also say who did it.
+
+``TracedFreeBlockQueue`` is a :class:`~verified_queue.checked.CheckedFreeBlockQueue`
+that records, for every block it links or unlinks, the last operation that did
+it (operation, caller's file, line and function, thread, the queue's operation
+number), plus a ring of the queue's last operations. Every ``QueueError`` it
+raises carries that history, as extra lines of its message and as the field
+``error.history`` (a :class:`History`):
+
+* a double free names where the block was freed into this queue, and where it
+  was taken since, if it was;
+* a ``remove`` of a detached block names where it left this queue;
+* a block linked in another traced queue names where that queue linked it;
+* damage found by a check names the damaged blocks' last records, the last
+  write of ``num_free_blocks`` from outside the queue (the writer's file and
+  line), and the queue's last operations.
+
+The caller recorded is the first frame outside the library: the queue, check
+mode and the block pool of ``verified_queue.kvcache`` (``verified_queue.cli``,
+the package's own application, counts as a caller).
+
+Memory is bounded: one record per block, overwritten by each link and unlink,
+plus the ring. A record is keyed by ``id(block)`` and proves it is its
+block's own: while the block is in the queue, check mode's membership holds it;
+after, a weak reference to it, if its type has them, or else the block itself,
+for the last :data:`HELD_DEPARTED` blocks that left. The docs' check-mode page
+gives the argument. The module is loaded only when the level is used:
+``VERIFIED_QUEUE_CHECKS=trace``, ``CheckedFreeBlockQueue(blocks, trace=True)``,
+or this module by name.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, SupportsIndex, TypeVar, Union
+
+from verified_queue import queue as _production
+from verified_queue.block import Linkable
+from verified_queue.checked import CheckedFreeBlockQueue
+from verified_queue.errors import (
+    AlreadyInQueueError,
+    EmptyQueueError,
+    InvariantViolation,
+    NotInQueueError,
+    QueueError,
+)
+from verified_queue.invariants import describe
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+__all__ = [
+    "DEFAULT_HISTORY",
+    "HELD_DEPARTED",
+    "BlockHistory",
+    "History",
+    "Operation",
+    "TracedFreeBlockQueue",
+    "traced_class",
+]
+
+B = TypeVar("B", bound=Linkable)
+
+#: How many recent operations a traced queue keeps when none is given (``trace=True``).
+DEFAULT_HISTORY: Final = 16
+
+#: How many blocks without weak-reference support that left the queue keep their record
+#: (and are kept alive by it): older records of such blocks are dropped.
+HELD_DEPARTED: Final = 4096
+
+#: The calls that free blocks: a block they refuse was freed before (a double free).
+_FREEING: Final = frozenset({"append", "append_n", "prepend_n", "__init__", "free_blocks"})
+
+#: What a deleted sentinel reads as when the damaged blocks are looked for.
+_MISSING: Final = object()
+
+#: Damaged blocks named in one report, at most: the first few are where to look.
+_DAMAGED_SHOWN: Final = 4
+
+_PACKAGE_DIRECTORY: Final = os.path.dirname(os.path.abspath(__file__))
+#: The library's directories: a frame whose file is directly in one of them is not a caller.
+_LIBRARY_DIRECTORIES: Final = frozenset(
+    {_PACKAGE_DIRECTORY, os.path.join(_PACKAGE_DIRECTORY, "kvcache")}
+)
+#: The production queue's source: its own writes of ``num_free_blocks`` are not outside writes.
+_PRODUCTION_FILE: Final = _production.__file__
+
+# filename -> whether it belongs to the library; filled on first sight of each file.
+_in_library: dict[str, bool] = {}
+
+# The records of every traced queue alive, so that a block linked in another traced queue
+# can be traced to it. Weak references go to the records, not to the queues: the compiled
+# FreeBlockQueue's weak reference slot cannot be trusted in an interpreted subclass.
+_all_records: weakref.WeakValueDictionary[int, _Records] = weakref.WeakValueDictionary()
+_registrations: Iterator[int] = itertools.count()
+
+#: A caller: the file, line and function of the first frame outside the library.
+_Caller = tuple[str, int, str]
+#: An operation as recorded: number, name, file, line, function, thread name.
+_Recorded = tuple[int, str, str, int, str, str]
+#: What proves a record is its block's own: None (a member), a weak reference, the block.
+_Holder = Union["weakref.ref[object]", object, None]
+#: One block's record: its holder, the operation that last linked it, and the one that
+#: last unlinked it.
+_Record = tuple[_Holder, "_Recorded | None", "_Recorded | None"]
+
+
+class _Records(dict[int, _Record]):
+    """A traced queue's records by block id, with its membership, which proves a member's record."""
+
+    __slots__ = ("__weakref__", "members")
+
+    members: Mapping[int, object]
+
+    def __init__(self) -> None:
+        """Start empty; the queue sets ``members`` to its membership once check mode made it."""
+        super().__init__()
+        self.members = {}
+
+    def history_of(self, block: object) -> BlockHistory | None:
+        """The operations that last linked and unlinked ``block``, or ``None`` if none is kept."""
+        prior = self.get(id(block))
+        if prior is None:
+            return None
+        holder, linked, unlinked = prior
+        if holder is None:
+            if id(block) not in self.members:
+                return None
+        elif holder is not block and not (type(holder) is weakref.ref and holder() is block):
+            return None
+        return BlockHistory(describe(block), _operation(linked), _operation(unlinked))
+
+
+class Operation(NamedTuple):
+    """One recorded queue operation: which, where it was called from, in which thread.
+
+    ``number`` counts the queue's linking operations from 1; the call that
+    raised has ``None`` (it did not happen). ``filename``, ``lineno`` and
+    ``function`` name the first frame outside the library.
+    """
+
+    number: int | None
+    name: str
+    filename: str
+    lineno: int
+    function: str
+    thread: str
+
+    def __str__(self) -> str:
+        """``#12 append() at app.py:40 in free_request (thread MainThread)``."""
+        number = "" if self.number is None else f"#{self.number} "
+        return (
+            f"{number}{self.name}() at {_short_path(self.filename)}:{self.lineno} "
+            f"in {self.function} (thread {self.thread})"
+        )
+
+
+class BlockHistory(NamedTuple):
+    """What a traced queue recorded of a block: the operations that last linked and unlinked it."""
+
+    block: str
+    linked: Operation | None
+    unlinked: Operation | None
+
+
+class History(NamedTuple):
+    """The trace an error of the trace level carries as ``error.history``.
+
+    ``call`` is the operation that raised; ``blocks`` the records of the
+    blocks the error is about; ``count_written`` the last write of
+    ``num_free_blocks`` from outside the queue, if any; ``recent`` the
+    queue's last operations, oldest first, on damage found by a check
+    (empty otherwise); ``lines`` the lines added to the message.
+    """
+
+    call: Operation
+    blocks: tuple[BlockHistory, ...]
+    count_written: Operation | None
+    recent: tuple[Operation, ...]
+    lines: tuple[str, ...]
+
+
+def _short_path(filename: str) -> str:
+    """``filename`` relative to the working directory when it is below it, else as it is."""
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:  # another drive on Windows
+        return filename
+    return filename if relative.startswith(os.pardir) else Path(relative).as_posix()
+
+
+def _is_library(filename: str) -> bool:
+    """Whether ``filename`` is one of the library's modules (cached per file)."""
+    inside = _in_library.get(filename)
+    if inside is None:
+        inside = _in_library[filename] = (
+            os.path.dirname(os.path.abspath(filename)) in _LIBRARY_DIRECTORIES
+        )
+    return inside
+
+
+def _caller() -> _Caller:
+    """The file, line and function of the first frame outside the library."""
+    frame: FrameType | None = sys._getframe(2)  # past this function and the traced method
+    in_library = _in_library
+    while frame is not None:
+        code = frame.f_code
+        filename = code.co_filename
+        inside = in_library.get(filename)
+        if inside is None:
+            inside = _is_library(filename)
+        if not inside:
+            return filename, frame.f_lineno, code.co_name
+        frame = frame.f_back
+    return "<unknown>", 0, "<unknown>"
+
+
+def _operation(recorded: _Recorded | None) -> Operation | None:
+    return None if recorded is None else Operation._make(recorded)
+
+
+def traced_class(cls: type[CheckedFreeBlockQueue[B]], trace: bool | int | None) -> type:
+    """The class ``CheckedFreeBlockQueue.__new__`` builds for ``cls`` and its ``trace`` argument.
+
+    ``trace=None`` (not given) traces only under ``VERIFIED_QUEUE_CHECKS=trace`` and
+    only the class ``CheckedFreeBlockQueue`` itself. Raises ``TypeError`` for an
+    explicit ``trace`` on a subclass that is not traced: its methods could not be
+    kept and traced at once; subclass :class:`TracedFreeBlockQueue` instead.
+
+    Runtime complexity: O(1)
+    """
+    if issubclass(cls, TracedFreeBlockQueue):
+        return cls
+    if cls is CheckedFreeBlockQueue:
+        return TracedFreeBlockQueue
+    if trace is None:
+        return cls
+    raise TypeError(
+        f"{cls.__qualname__}(trace={trace!r}): a subclass of CheckedFreeBlockQueue is traced "
+        "by subclassing verified_queue.traced.TracedFreeBlockQueue instead"
+    )
+
+
+def _history_length(trace: bool | int | None) -> int:
+    """The ring's length for ``trace``; ``ValueError`` unless it is True, None or an int >= 1."""
+    if trace is None or trace is True:
+        return DEFAULT_HISTORY
+    if type(trace) is not int or trace < 1:
+        raise ValueError(
+            f"trace={trace!r}: expected True or the number of recent operations to keep (>= 1)"
+        )
+    return trace
+
+
+class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
+    """A :class:`CheckedFreeBlockQueue` whose errors say who did it (the trace level).
+
+    ``trace=True`` keeps the last :data:`DEFAULT_HISTORY` operations; an int
+    ``trace=N`` the last ``N``. ``CheckedFreeBlockQueue(blocks, trace=...)``
+    builds this class too. Every ``QueueError`` it raises has the field
+    ``history`` (a :class:`History`) and names it in its message.
+
+    >>> from verified_queue import Block
+    >>> block = Block()
+    >>> queue = TracedFreeBlockQueue([block])
+    >>> queue.append(block)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    verified_queue.errors.AlreadyInQueueError: append(<Block at ...>): ...
+      this call: append() at <doctest ...>:1 in <module> (thread MainThread), after #1
+      freed before by: #1 append_n() at <doctest ...>:1 in <module> (thread MainThread)
+      taken since: never, the block is still in this queue
+    """
+
+    __slots__ = (
+        "_count_written",
+        "_held",
+        "_numbers",
+        "_recent",
+        "_records",
+    )
+
+    # id(block) -> (holder, linked, unlinked): the holder proves the record is the block's.
+    _records: _Records
+    # ids of the records that hold their block strongly, oldest first (HELD_DEPARTED at most):
+    # an OrderedDict, whose oldest entry goes in O(1) (a dict's first key is found by
+    # scanning past the entries deleted before it).
+    _held: OrderedDict[int, None]
+    # The queue's last operations, oldest first.
+    _recent: deque[_Recorded]
+    # The numbers of the queue's operations.
+    _numbers: Iterator[int]
+    # The last write of num_free_blocks from outside the production queue.
+    _count_written: list[_Recorded]
+
+    # Check mode's operations, resolved once: a super() call per operation costs a proxy
+    # object on Python 3.11. The trace level wraps check mode itself.
+    _checked_popleft = CheckedFreeBlockQueue.popleft
+    _checked_popleft_n = CheckedFreeBlockQueue.popleft_n
+    _checked_remove = CheckedFreeBlockQueue.remove
+    _checked_append = CheckedFreeBlockQueue.append
+    _checked_append_n = CheckedFreeBlockQueue.append_n
+    _checked_prepend_n = CheckedFreeBlockQueue.prepend_n
+    _set_attribute = CheckedFreeBlockQueue.__setattr__
+
+    def __init__(
+        self,
+        blocks: Iterable[B] = (),
+        *,
+        full_check_every: int | None = None,
+        trace: bool | int | None = None,
+    ) -> None:
+        """Link ``blocks`` front to back, checked and traced; ``trace`` sets the ring's length.
+
+        Raises ``ValueError`` unless ``trace`` is ``True``, ``None`` (the
+        default length) or an int >= 1, and as ``CheckedFreeBlockQueue`` does.
+
+        Runtime complexity: O(n)
+        """
+        # Set before the base __init__, whose append_n is traced.
+        self._recent = deque(maxlen=_history_length(trace))
+        self._records = _Records()
+        self._held = OrderedDict()
+        self._numbers = itertools.count(1)
+        self._count_written = []
+        caller = _caller()
+        try:
+            super().__init__(blocks, full_check_every=full_check_every)
+        except QueueError as error:
+            self._explain(error, "__init__", caller, ())
+            raise
+        self._records.members = self._members
+        _all_records[next(_registrations)] = self._records
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Note a write of ``num_free_blocks`` from outside the production queue, then set."""
+        if name == "num_free_blocks" and sys._getframe(1).f_code.co_filename != _PRODUCTION_FILE:
+            self._note_count_write("written")
+        self._set_attribute(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        """Note a deletion of ``num_free_blocks``, then delete."""
+        if name == "num_free_blocks":
+            self._note_count_write("deleted")
+        super().__delattr__(name)
+
+    def _note_count_write(self, what: str) -> None:
+        """Record the frame that writes the count from outside: the culprit, wherever it is."""
+        frame = sys._getframe(2)
+        code = frame.f_code
+        last = self._recent[-1][0] if self._recent else 0
+        # The count's writer is the culprit itself, library or not: the frame is not skipped.
+        written = (last, what, code.co_filename, frame.f_lineno, code.co_name, _thread_name())
+        self._count_written[:] = [written]
+
+    # ------------------------------------------------------------------ records
+
+    def _record(self, name: str, caller: _Caller) -> _Recorded:
+        """Number the operation that just succeeded and put it in the ring."""
+        filename, lineno, function = caller
+        recorded = (
+            next(self._numbers),
+            name,
+            filename,
+            lineno,
+            function,
+            threading.current_thread().name,
+        )
+        self._recent.append(recorded)
+        return recorded
+
+    def _linked(self, blocks: Iterable[B], recorded: _Recorded) -> None:
+        """Record that ``recorded`` linked ``blocks``, keeping when each was last unlinked."""
+        records = self._records
+        held = self._held
+        for block in blocks:
+            key = id(block)
+            prior = records.get(key)
+            unlinked = None
+            if prior is not None:
+                holder = prior[0]
+                # A record with no holder was a member's: it cannot be this detached block's.
+                if holder is block:
+                    unlinked = prior[2]
+                    held.pop(key, None)
+                elif type(holder) is weakref.ref and holder() is block:
+                    unlinked = prior[2]
+            records[key] = (None, recorded, unlinked)
+
+    def _unlinked(self, blocks: Iterable[B], recorded: _Recorded) -> None:
+        """Record that ``recorded`` unlinked ``blocks``, each with a holder proving it its own."""
+        records = self._records
+        held = self._held
+        for block in blocks:
+            key = id(block)
+            prior = records.get(key)
+            # A member's record (no holder) is the block's own; anything else is stale.
+            linked = prior[1] if prior is not None and prior[0] is None else None
+            holder: _Holder
+            if type(block).__weakrefoffset__:
+                holder = weakref.ref(block, _forget(records, key))
+            else:
+                holder = block
+                held[key] = None
+                if len(held) > HELD_DEPARTED:
+                    _drop_oldest_held(records, held)
+            records[key] = (holder, linked, recorded)
+
+    def history_of(self, block: object) -> BlockHistory | None:
+        """The operations that last linked and unlinked ``block`` here, or ``None`` if none is kept.
+
+        Runtime complexity: O(1)
+        """
+        records = self._records
+        records.members = self._members  # made by check mode's __init__, after the records
+        return records.history_of(block)
+
+    def recent_operations(self) -> tuple[Operation, ...]:
+        """The queue's last operations, oldest first (as many as ``trace`` asked for).
+
+        Runtime complexity: O(length of the ring)
+        """
+        return tuple(Operation._make(recorded) for recorded in self._recent)
+
+    @property
+    def operations(self) -> int:
+        """How many linking operations this queue has done (the last operation's number).
+
+        Runtime complexity: O(1)
+        """
+        return self._recent[-1][0] if self._recent else 0
+
+    # ------------------------------------------------------------------ operations
+
+    def popleft(self) -> B:
+        """Detach and return the front block, checked; record where it left.
+
+        Runtime complexity: O(1), plus the amortized O(1) full check
+        """
+        caller = _caller()
+        try:
+            block = self._checked_popleft()
+        except QueueError as error:
+            self._explain(error, "popleft", caller, ())
+            raise
+        self._unlinked((block,), self._record("popleft", caller))
+        return block
+
+    def popleft_n(self, n: SupportsIndex) -> list[B]:
+        """Detach and return the first ``n`` blocks, checked; record where each left.
+
+        Runtime complexity: O(n), plus the amortized O(1) full check
+        """
+        caller = _caller()
+        try:
+            popped = self._checked_popleft_n(n)
+        except QueueError as error:
+            self._explain(error, "popleft_n", caller, ())
+            raise
+        self._unlinked(popped, self._record("popleft_n", caller))
+        return popped
+
+    def remove(self, block: B) -> None:
+        """Detach ``block``, checked; record where it left.
+
+        Runtime complexity: O(1), plus the amortized O(1) full check
+        """
+        caller = _caller()
+        try:
+            self._checked_remove(block)
+        except QueueError as error:
+            self._explain(error, "remove", caller, (block,))
+            raise
+        self._unlinked((block,), self._record("remove", caller))
+
+    def append(self, block: B) -> None:
+        """Link a detached ``block`` at the back, checked; record where it was freed.
+
+        Runtime complexity: O(1), plus the amortized O(1) full check
+        """
+        caller = _caller()
+        try:
+            self._checked_append(block)
+        except QueueError as error:
+            self._explain(error, "append", caller, (block,))
+            raise
+        self._linked((block,), self._record("append", caller))
+
+    def append_n(self, blocks: Iterable[B]) -> None:
+        """Link ``blocks`` at the back, checked; record where each was freed.
+
+        Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
+        """
+        caller = _caller()
+        batch = list(blocks)
+        try:
+            self._checked_append_n(batch)
+        except QueueError as error:
+            self._explain(error, "append_n", caller, batch)
+            raise
+        self._linked(batch, self._record("append_n", caller))
+
+    def prepend_n(self, blocks: Iterable[B]) -> None:
+        """Link ``blocks`` at the front, checked; record where each was freed.
+
+        Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
+        """
+        caller = _caller()
+        batch = list(blocks)
+        try:
+            self._checked_prepend_n(batch)
+        except QueueError as error:
+            self._explain(error, "prepend_n", caller, batch)
+            raise
+        self._linked(batch, self._record("prepend_n", caller))
+
+    # Reading operations record nothing (they change nothing) but explain what they raise.
+
+    def __len__(self) -> int:
+        """Return the number of free blocks, checked; an error names the count's last writer.
+
+        Runtime complexity: O(1)
+        """
+        try:
+            return super().__len__()
+        except QueueError as error:
+            self._explain(error, "len", _caller(), ())
+            raise
+
+    def __bool__(self) -> bool:
+        """Return whether any block is free, checked, as ``len`` does.
+
+        Runtime complexity: O(1)
+        """
+        try:
+            return super().__bool__()
+        except QueueError as error:
+            self._explain(error, "bool", _caller(), ())
+            raise
+
+    def __iter__(self) -> Iterator[B]:
+        """Run the full check, then iterate, as check mode does; an error carries the history.
+
+        Runtime complexity: O(n)
+        """
+        caller = _caller()
+        try:
+            return self._explaining(super().__iter__(), "iter", caller)
+        except QueueError as error:
+            self._explain(error, "iter", caller, ())
+            raise
+
+    def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
+        """Iterate after ``cursor``, as check mode does; a cursor refused names where it left.
+
+        Runtime complexity: O(1) to start, O(1) per block yielded, plus the
+        amortized O(1) full check
+        """
+        caller = _caller()
+        try:
+            walk = super().iter_blocks_after(cursor)
+        except QueueError as error:
+            self._explain(error, "iter_blocks_after", caller, () if cursor is None else (cursor,))
+            raise
+        return self._explaining(walk, "iter_blocks_after", caller)
+
+    def _explaining(self, walk: Iterator[B], name: str, caller: _Caller) -> Iterator[B]:
+        """Yield what ``walk`` yields; an error on the way carries the history of the last block."""
+        last: B | None = None
+        try:
+            for block in walk:
+                last = block
+                yield block
+        except QueueError as error:
+            # The block the walk stood on left the queue: the error names where.
+            self._explain(error, name, caller, () if last is None else (last,))
+            raise
+
+    def get_all_free_blocks(self) -> list[B]:
+        """Run the full check, then list the free blocks, as check mode does.
+
+        Runtime complexity: O(n)
+        """
+        try:
+            return super().get_all_free_blocks()
+        except QueueError as error:
+            self._explain(error, "get_all_free_blocks", _caller(), ())
+            raise
+
+    def full_check(self) -> None:
+        """Run check mode's full check; damage it finds carries the history.
+
+        Runtime complexity: O(n)
+        """
+        try:
+            super().full_check()
+        except QueueError as error:
+            # Called by an operation of check mode, the operation explains it.
+            if not _is_library(sys._getframe(1).f_code.co_filename):
+                self._explain(error, "full_check", _caller(), ())
+            raise
+
+    # ------------------------------------------------------------------ reports
+
+    def annotate(self, error: QueueError, operation: str, blocks: Iterable[object]) -> None:
+        """Add this queue's history of ``blocks`` to ``error``, raised by code built on the queue.
+
+        A block pool calls it for the errors it raises itself: ``free_blocks``
+        refusing a double free names where the block was freed before. The
+        caller recorded is the first frame outside the library.
+
+        Runtime complexity: O(1), or O(blocks recorded) for an ``InvariantViolation``
+        """
+        self._explain(error, operation, _caller(), blocks)
+
+    def _explain(
+        self, error: QueueError, name: str, caller: _Caller, blocks: Iterable[object]
+    ) -> None:
+        """Add the history that matters to ``error``: lines of its message and ``error.history``.
+
+        Never raises: on a queue damaged beyond what the trace can read, the
+        error keeps its own message and says why the history is missing.
+        """
+        if getattr(error, "history", None) is not None:
+            return  # explained already, by the traced call this one ran inside
+        try:
+            self._add_history(error, name, caller, blocks)
+        except Exception as failure:
+            _extend_message(error, [f"no history: the trace could not be read ({failure!r})"])
+
+    def _add_history(
+        self, error: QueueError, name: str, caller: _Caller, blocks: Iterable[object]
+    ) -> None:
+        """The body of :meth:`_explain`, which may meet damage it cannot read."""
+        self._records.members = self._members
+        call = Operation(None, name, *caller, _thread_name())
+        last = self.operations
+        lines = [f"this call: {call}" + (f", after #{last}" if last else "")]
+        histories: list[BlockHistory] = []
+        recent: tuple[Operation, ...] = ()
+        count_written = _operation(self._count_written[0]) if self._count_written else None
+        if isinstance(error, InvariantViolation):
+            for block in self._damaged_blocks():
+                history = self.history_of(block) or BlockHistory(describe(block), None, None)
+                histories.append(history)
+                lines.append(
+                    f"damaged {history.block}: last linked by {_or_none(history.linked)}; "
+                    f"last unlinked by {_or_none(history.unlinked)}"
+                )
+            if count_written is not None:
+                lines.append(_count_write_line(count_written))
+            recent = self.recent_operations()
+            lines.append(f"last {len(recent)} operations, oldest first:")
+            lines.extend(f"  {operation}" for operation in recent)
+        elif isinstance(error, (AlreadyInQueueError, NotInQueueError)):
+            block = self._refused(list(blocks))
+            if block is not None:
+                kept = self.history_of(block)
+                if kept is not None:
+                    histories.append(kept)
+                lines.extend(self._block_lines(block, kept, name))
+        elif isinstance(error, EmptyQueueError) and self._recent:
+            lines.append(f"last operation: {Operation._make(self._recent[-1])}")
+        _extend_message(error, lines)
+        error.history = History(  # type: ignore[attr-defined]  # the trace level's own field
+            call, tuple(histories), count_written, recent, tuple(lines)
+        )
+
+    def _refused(self, blocks: list[object]) -> object | None:
+        """The block of ``blocks`` the error is about: the one linked, repeated or not held."""
+        if len(blocks) == 1:
+            return blocks[0]
+        seen: set[int] = set()
+        for block in blocks:
+            if id(block) in seen or getattr(block, "prev_free_block", None) is not None:
+                return block
+            if getattr(block, "next_free_block", None) is not None:
+                return block
+            seen.add(id(block))
+        return None
+
+    def _block_lines(self, block: object, history: BlockHistory | None, name: str) -> list[str]:
+        """The history lines of a double free or of a block that is not in this queue."""
+        lines: list[str] = []
+        if name in _FREEING:
+            if history is None or history.linked is None:
+                lines.append("freed before by: not recorded by this queue")
+            else:
+                lines.append(f"freed before by: {history.linked}")
+            taken = history.unlinked if history is not None else None
+            freed = history.linked if history is not None else None
+            if self._is_member(block):
+                lines.append("taken since: never, the block is still in this queue")
+            elif taken is not None and (freed is None or (taken.number or 0) > (freed.number or 0)):
+                lines.append(f"taken since by: {taken}")
+            else:
+                lines.append("taken since: not recorded")
+            if taken is not None and freed is not None and taken.number < freed.number:  # type: ignore[operator]  # recorded ones are numbered
+                lines.append(f"taken before that by: {taken}")
+        elif history is not None and history.unlinked is not None:
+            lines.append(f"left this queue by: {history.unlinked}")
+            if history.linked is not None:
+                lines.append(f"freed into it before by: {history.linked}")
+        elif history is None:
+            lines.append("this queue never recorded the block (or its record was dropped)")
+        for records in list(_all_records.values()):
+            if records is not self._records and id(block) in records.members:
+                elsewhere = records.history_of(block)
+                if elsewhere is not None and elsewhere.linked is not None:
+                    lines.append(f"linked in another traced queue by: {elsewhere.linked}")
+        return lines
+
+    def _damaged_blocks(self) -> list[object]:
+        """Blocks whose links disagree with what the trace knows of them, a few at most.
+
+        A member must sit between two nodes that link back to it; a block that
+        left must be detached. Runs only when an error is explained: O(blocks
+        recorded).
+        """
+        found: list[object] = []
+        # Damage may have deleted a sentinel: a missing one matches nothing.
+        head = getattr(self, "fake_free_list_head", _MISSING)
+        tail = getattr(self, "fake_free_list_tail", _MISSING)
+        for member in list(self._members.values()):
+            before = getattr(member, "prev_free_block", None)
+            after = getattr(member, "next_free_block", None)
+            if (
+                not (before is head or self._is_member(before))
+                or not (after is tail or self._is_member(after))
+                or getattr(before, "next_free_block", None) is not member
+                or getattr(after, "prev_free_block", None) is not member
+            ):
+                found.append(member)
+                if len(found) == _DAMAGED_SHOWN:
+                    return found
+        for holder, _linked, _unlinked in list(self._records.values()):
+            block = holder() if type(holder) is weakref.ref else holder
+            if block is None or self._is_member(block):
+                continue
+            # Linked again into this queue's chain by outside code (another queue may hold it).
+            before = getattr(block, "prev_free_block", None)
+            after = getattr(block, "next_free_block", None)
+            if before is head or after is tail or self._is_member(before) or self._is_member(after):
+                found.append(block)
+                if len(found) == _DAMAGED_SHOWN:
+                    break
+        return found
+
+
+def _count_write_line(write: Operation) -> str:
+    """The report line of the last outside write of the count: the writer's own frame."""
+    after = f", after #{write.number}" if write.number else ""
+    return (
+        f"num_free_blocks {write.name} from outside at {_short_path(write.filename)}:"
+        f"{write.lineno} in {write.function} (thread {write.thread}){after}"
+    )
+
+
+def _or_none(operation: Operation | None) -> str:
+    return "no record" if operation is None else str(operation)
+
+
+def _thread_name() -> str:
+    return threading.current_thread().name
+
+
+def _extend_message(error: QueueError, lines: list[str]) -> None:
+    """Append ``lines`` to the message of ``error``, each on its own indented line."""
+    message = str(error)
+    text = message + "".join(f"\n  {line}" for line in lines)
+    error.args = (text, *error.args[1:])
+
+
+def _forget(records: dict[int, _Record], key: int) -> Callable[[weakref.ref[Any]], None]:
+    """The callback dropping a record when its block dies, unless a newer record replaced it."""
+
+    def forget(reference: weakref.ref[Any]) -> None:
+        record = records.get(key)
+        if record is not None and record[0] is reference:
+            del records[key]
+
+    return forget
+
+
+def _drop_oldest_held(records: dict[int, _Record], held: OrderedDict[int, None]) -> None:
+    """Drop the oldest record that holds its block, so at most HELD_DEPARTED blocks are held."""
+    oldest, _ = held.popitem(last=False)
+    record = records.get(oldest)
+    if record is not None and record[0] is not None and type(record[0]) is not weakref.ref:
+        del records[oldest]
