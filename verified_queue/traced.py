@@ -32,16 +32,32 @@ or this module by name.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import threading
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, SupportsIndex, TypeVar, Union
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Final, SupportsIndex, TypeVar
 
 from verified_queue import queue as _production
+from verified_queue._trace_records import (
+    BlockHistory,
+    Caller,
+    History,
+    Holder,
+    Operation,
+    Recorded,
+    Records,
+    count_write_line,
+    drop_oldest_held,
+    extend_message,
+    find_caller,
+    forget_when_dead,
+    is_library,
+    operation_of,
+    or_none,
+    thread_name,
+)
 from verified_queue.block import Linkable
 from verified_queue.checked import CheckedFreeBlockQueue
 from verified_queue.errors import (
@@ -54,7 +70,7 @@ from verified_queue.errors import (
 from verified_queue.invariants import describe
 
 if TYPE_CHECKING:
-    from types import FrameType
+    pass
 
 __all__ = [
     "DEFAULT_HISTORY",
@@ -84,146 +100,14 @@ _MISSING: Final = object()
 #: Damaged blocks named in one report, at most: the first few are where to look.
 _DAMAGED_SHOWN: Final = 4
 
-_PACKAGE_DIRECTORY: Final = os.path.dirname(os.path.abspath(__file__))
-#: The library's directories: a frame whose file is directly in one of them is not a caller.
-_LIBRARY_DIRECTORIES: Final = frozenset(
-    {_PACKAGE_DIRECTORY, os.path.join(_PACKAGE_DIRECTORY, "kvcache")}
-)
 #: The production queue's source: its own writes of ``num_free_blocks`` are not outside writes.
 _PRODUCTION_FILE: Final = _production.__file__
-
-# filename -> whether it belongs to the library; filled on first sight of each file.
-_in_library: dict[str, bool] = {}
 
 # The records of every traced queue alive, so that a block linked in another traced queue
 # can be traced to it. Weak references go to the records, not to the queues: the compiled
 # FreeBlockQueue's weak reference slot cannot be trusted in an interpreted subclass.
-_all_records: weakref.WeakValueDictionary[int, _Records] = weakref.WeakValueDictionary()
+_all_records: weakref.WeakValueDictionary[int, Records] = weakref.WeakValueDictionary()
 _registrations: Iterator[int] = itertools.count()
-
-#: A caller: the file, line and function of the first frame outside the library.
-_Caller = tuple[str, int, str]
-#: An operation as recorded: number, name, file, line, function, thread name.
-_Recorded = tuple[int, str, str, int, str, str]
-#: What proves a record is its block's own: None (a member), a weak reference, the block.
-_Holder = Union["weakref.ref[object]", object, None]
-#: One block's record: its holder, the operation that last linked it, and the one that
-#: last unlinked it.
-_Record = tuple[_Holder, "_Recorded | None", "_Recorded | None"]
-
-
-class _Records(dict[int, _Record]):
-    """A traced queue's records by block id, with its membership, which proves a member's record."""
-
-    __slots__ = ("__weakref__", "members")
-
-    members: Mapping[int, object]
-
-    def __init__(self) -> None:
-        """Start empty; the queue sets ``members`` to its membership once check mode made it."""
-        super().__init__()
-        self.members = {}
-
-    def history_of(self, block: object) -> BlockHistory | None:
-        """The operations that last linked and unlinked ``block``, or ``None`` if none is kept."""
-        prior = self.get(id(block))
-        if prior is None:
-            return None
-        holder, linked, unlinked = prior
-        if holder is None:
-            if id(block) not in self.members:
-                return None
-        elif holder is not block and not (type(holder) is weakref.ref and holder() is block):
-            return None
-        return BlockHistory(describe(block), _operation(linked), _operation(unlinked))
-
-
-class Operation(NamedTuple):
-    """One recorded queue operation: which, where it was called from, in which thread.
-
-    ``number`` counts the queue's linking operations from 1; the call that
-    raised has ``None`` (it did not happen). ``filename``, ``lineno`` and
-    ``function`` name the first frame outside the library.
-    """
-
-    number: int | None
-    name: str
-    filename: str
-    lineno: int
-    function: str
-    thread: str
-
-    def __str__(self) -> str:
-        """``#12 append() at app.py:40 in free_request (thread MainThread)``."""
-        number = "" if self.number is None else f"#{self.number} "
-        return (
-            f"{number}{self.name}() at {_short_path(self.filename)}:{self.lineno} "
-            f"in {self.function} (thread {self.thread})"
-        )
-
-
-class BlockHistory(NamedTuple):
-    """What a traced queue recorded of a block: the operations that last linked and unlinked it."""
-
-    block: str
-    linked: Operation | None
-    unlinked: Operation | None
-
-
-class History(NamedTuple):
-    """The trace an error of the trace level carries as ``error.history``.
-
-    ``call`` is the operation that raised; ``blocks`` the records of the
-    blocks the error is about; ``count_written`` the last write of
-    ``num_free_blocks`` from outside the queue, if any; ``recent`` the
-    queue's last operations, oldest first, on damage found by a check
-    (empty otherwise); ``lines`` the lines added to the message.
-    """
-
-    call: Operation
-    blocks: tuple[BlockHistory, ...]
-    count_written: Operation | None
-    recent: tuple[Operation, ...]
-    lines: tuple[str, ...]
-
-
-def _short_path(filename: str) -> str:
-    """``filename`` relative to the working directory when it is below it, else as it is."""
-    try:
-        relative = os.path.relpath(filename)
-    except ValueError:  # another drive on Windows
-        return filename
-    return filename if relative.startswith(os.pardir) else Path(relative).as_posix()
-
-
-def _is_library(filename: str) -> bool:
-    """Whether ``filename`` is one of the library's modules (cached per file)."""
-    inside = _in_library.get(filename)
-    if inside is None:
-        inside = _in_library[filename] = (
-            os.path.dirname(os.path.abspath(filename)) in _LIBRARY_DIRECTORIES
-        )
-    return inside
-
-
-def _caller() -> _Caller:
-    """The file, line and function of the first frame outside the library."""
-    frame: FrameType | None = sys._getframe(2)  # past this function and the traced method
-    in_library = _in_library
-    while frame is not None:
-        code = frame.f_code
-        filename = code.co_filename
-        inside = in_library.get(filename)
-        if inside is None:
-            inside = _is_library(filename)
-        if not inside:
-            return filename, frame.f_lineno, code.co_name
-        frame = frame.f_back
-    return "<unknown>", 0, "<unknown>"
-
-
-def _operation(recorded: _Recorded | None) -> Operation | None:
-    return None if recorded is None else Operation._make(recorded)
 
 
 def traced_class(cls: type[CheckedFreeBlockQueue[B]], trace: bool | int | None) -> type:
@@ -288,17 +172,17 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
     )
 
     # id(block) -> (holder, linked, unlinked): the holder proves the record is the block's.
-    _records: _Records
+    _records: Records
     # ids of the records that hold their block strongly, oldest first (HELD_DEPARTED at most):
     # an OrderedDict, whose oldest entry goes in O(1) (a dict's first key is found by
     # scanning past the entries deleted before it).
     _held: OrderedDict[int, None]
     # The queue's last operations, oldest first.
-    _recent: deque[_Recorded]
+    _recent: deque[Recorded]
     # The numbers of the queue's operations.
     _numbers: Iterator[int]
     # The last write of num_free_blocks from outside the production queue.
-    _count_written: list[_Recorded]
+    _count_written: list[Recorded]
 
     # Check mode's operations, resolved once: a super() call per operation costs a proxy
     # object on Python 3.11. The trace level wraps check mode itself.
@@ -326,11 +210,11 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         """
         # Set before the base __init__, whose append_n is traced.
         self._recent = deque(maxlen=_history_length(trace))
-        self._records = _Records()
+        self._records = Records()
         self._held = OrderedDict()
         self._numbers = itertools.count(1)
         self._count_written = []
-        caller = _caller()
+        caller = find_caller()
         try:
             super().__init__(blocks, full_check_every=full_check_every)
         except QueueError as error:
@@ -357,12 +241,12 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         code = frame.f_code
         last = self._recent[-1][0] if self._recent else 0
         # The count's writer is the culprit itself, library or not: the frame is not skipped.
-        written = (last, what, code.co_filename, frame.f_lineno, code.co_name, _thread_name())
+        written = (last, what, code.co_filename, frame.f_lineno, code.co_name, thread_name())
         self._count_written[:] = [written]
 
     # ------------------------------------------------------------------ records
 
-    def _record(self, name: str, caller: _Caller) -> _Recorded:
+    def _record(self, name: str, caller: Caller) -> Recorded:
         """Number the operation that just succeeded and put it in the ring."""
         filename, lineno, function = caller
         recorded = (
@@ -376,7 +260,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         self._recent.append(recorded)
         return recorded
 
-    def _linked(self, blocks: Iterable[B], recorded: _Recorded) -> None:
+    def _linked(self, blocks: Iterable[B], recorded: Recorded) -> None:
         """Record that ``recorded`` linked ``blocks``, keeping when each was last unlinked."""
         records = self._records
         held = self._held
@@ -394,7 +278,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
                     unlinked = prior[2]
             records[key] = (None, recorded, unlinked)
 
-    def _unlinked(self, blocks: Iterable[B], recorded: _Recorded) -> None:
+    def _unlinked(self, blocks: Iterable[B], recorded: Recorded) -> None:
         """Record that ``recorded`` unlinked ``blocks``, each with a holder proving it its own."""
         records = self._records
         held = self._held
@@ -403,14 +287,14 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             prior = records.get(key)
             # A member's record (no holder) is the block's own; anything else is stale.
             linked = prior[1] if prior is not None and prior[0] is None else None
-            holder: _Holder
+            holder: Holder
             if type(block).__weakrefoffset__:
-                holder = weakref.ref(block, _forget(records, key))
+                holder = weakref.ref(block, forget_when_dead(records, key))
             else:
                 holder = block
                 held[key] = None
                 if len(held) > HELD_DEPARTED:
-                    _drop_oldest_held(records, held)
+                    drop_oldest_held(records, held)
             records[key] = (holder, linked, recorded)
 
     def history_of(self, block: object) -> BlockHistory | None:
@@ -444,7 +328,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        caller = _caller()
+        caller = find_caller()
         try:
             block = self._checked_popleft()
         except QueueError as error:
@@ -458,7 +342,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(n), plus the amortized O(1) full check
         """
-        caller = _caller()
+        caller = find_caller()
         try:
             popped = self._checked_popleft_n(n)
         except QueueError as error:
@@ -472,7 +356,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        caller = _caller()
+        caller = find_caller()
         try:
             self._checked_remove(block)
         except QueueError as error:
@@ -485,7 +369,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
-        caller = _caller()
+        caller = find_caller()
         try:
             self._checked_append(block)
         except QueueError as error:
@@ -498,7 +382,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
-        caller = _caller()
+        caller = find_caller()
         batch = list(blocks)
         try:
             self._checked_append_n(batch)
@@ -512,7 +396,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
-        caller = _caller()
+        caller = find_caller()
         batch = list(blocks)
         try:
             self._checked_prepend_n(batch)
@@ -531,7 +415,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             return super().__len__()
         except QueueError as error:
-            self._explain(error, "len", _caller(), ())
+            self._explain(error, "len", find_caller(), ())
             raise
 
     def __bool__(self) -> bool:
@@ -542,7 +426,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             return super().__bool__()
         except QueueError as error:
-            self._explain(error, "bool", _caller(), ())
+            self._explain(error, "bool", find_caller(), ())
             raise
 
     def __iter__(self) -> Iterator[B]:
@@ -550,7 +434,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(n)
         """
-        caller = _caller()
+        caller = find_caller()
         try:
             return self._explaining(super().__iter__(), "iter", caller)
         except QueueError as error:
@@ -563,7 +447,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         Runtime complexity: O(1) to start, O(1) per block yielded, plus the
         amortized O(1) full check
         """
-        caller = _caller()
+        caller = find_caller()
         try:
             walk = super().iter_blocks_after(cursor)
         except QueueError as error:
@@ -571,7 +455,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             raise
         return self._explaining(walk, "iter_blocks_after", caller)
 
-    def _explaining(self, walk: Iterator[B], name: str, caller: _Caller) -> Iterator[B]:
+    def _explaining(self, walk: Iterator[B], name: str, caller: Caller) -> Iterator[B]:
         """Yield what ``walk`` yields; an error on the way carries the history of the last block."""
         last: B | None = None
         try:
@@ -591,7 +475,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             return super().get_all_free_blocks()
         except QueueError as error:
-            self._explain(error, "get_all_free_blocks", _caller(), ())
+            self._explain(error, "get_all_free_blocks", find_caller(), ())
             raise
 
     def full_check(self) -> None:
@@ -603,8 +487,8 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             super().full_check()
         except QueueError as error:
             # Called by an operation of check mode, the operation explains it.
-            if not _is_library(sys._getframe(1).f_code.co_filename):
-                self._explain(error, "full_check", _caller(), ())
+            if not is_library(sys._getframe(1).f_code.co_filename):
+                self._explain(error, "full_check", find_caller(), ())
             raise
 
     # ------------------------------------------------------------------ reports
@@ -618,10 +502,10 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
 
         Runtime complexity: O(1), or O(blocks recorded) for an ``InvariantViolation``
         """
-        self._explain(error, operation, _caller(), blocks)
+        self._explain(error, operation, find_caller(), blocks)
 
     def _explain(
-        self, error: QueueError, name: str, caller: _Caller, blocks: Iterable[object]
+        self, error: QueueError, name: str, caller: Caller, blocks: Iterable[object]
     ) -> None:
         """Add the history that matters to ``error``: lines of its message and ``error.history``.
 
@@ -633,29 +517,29 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             self._add_history(error, name, caller, blocks)
         except Exception as failure:
-            _extend_message(error, [f"no history: the trace could not be read ({failure!r})"])
+            extend_message(error, [f"no history: the trace could not be read ({failure!r})"])
 
     def _add_history(
-        self, error: QueueError, name: str, caller: _Caller, blocks: Iterable[object]
+        self, error: QueueError, name: str, caller: Caller, blocks: Iterable[object]
     ) -> None:
         """The body of :meth:`_explain`, which may meet damage it cannot read."""
         self._records.members = self._members
-        call = Operation(None, name, *caller, _thread_name())
+        call = Operation(None, name, *caller, thread_name())
         last = self.operations
         lines = [f"this call: {call}" + (f", after #{last}" if last else "")]
         histories: list[BlockHistory] = []
         recent: tuple[Operation, ...] = ()
-        count_written = _operation(self._count_written[0]) if self._count_written else None
+        count_written = operation_of(self._count_written[0]) if self._count_written else None
         if isinstance(error, InvariantViolation):
             for block in self._damaged_blocks():
                 history = self.history_of(block) or BlockHistory(describe(block), None, None)
                 histories.append(history)
                 lines.append(
-                    f"damaged {history.block}: last linked by {_or_none(history.linked)}; "
-                    f"last unlinked by {_or_none(history.unlinked)}"
+                    f"damaged {history.block}: last linked by {or_none(history.linked)}; "
+                    f"last unlinked by {or_none(history.unlinked)}"
                 )
             if count_written is not None:
-                lines.append(_count_write_line(count_written))
+                lines.append(count_write_line(count_written))
             recent = self.recent_operations()
             lines.append(f"last {len(recent)} operations, oldest first:")
             lines.extend(f"  {operation}" for operation in recent)
@@ -668,7 +552,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
                 lines.extend(self._block_lines(block, kept, name))
         elif isinstance(error, EmptyQueueError) and self._recent:
             lines.append(f"last operation: {Operation._make(self._recent[-1])}")
-        _extend_message(error, lines)
+        extend_message(error, lines)
         error.history = History(  # type: ignore[attr-defined]  # the trace level's own field
             call, tuple(histories), count_written, recent, tuple(lines)
         )
@@ -752,46 +636,3 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
                 if len(found) == _DAMAGED_SHOWN:
                     break
         return found
-
-
-def _count_write_line(write: Operation) -> str:
-    """The report line of the last outside write of the count: the writer's own frame."""
-    after = f", after #{write.number}" if write.number else ""
-    return (
-        f"num_free_blocks {write.name} from outside at {_short_path(write.filename)}:"
-        f"{write.lineno} in {write.function} (thread {write.thread}){after}"
-    )
-
-
-def _or_none(operation: Operation | None) -> str:
-    return "no record" if operation is None else str(operation)
-
-
-def _thread_name() -> str:
-    return threading.current_thread().name
-
-
-def _extend_message(error: QueueError, lines: list[str]) -> None:
-    """Append ``lines`` to the message of ``error``, each on its own indented line."""
-    message = str(error)
-    text = message + "".join(f"\n  {line}" for line in lines)
-    error.args = (text, *error.args[1:])
-
-
-def _forget(records: dict[int, _Record], key: int) -> Callable[[weakref.ref[Any]], None]:
-    """The callback dropping a record when its block dies, unless a newer record replaced it."""
-
-    def forget(reference: weakref.ref[Any]) -> None:
-        record = records.get(key)
-        if record is not None and record[0] is reference:
-            del records[key]
-
-    return forget
-
-
-def _drop_oldest_held(records: dict[int, _Record], held: OrderedDict[int, None]) -> None:
-    """Drop the oldest record that holds its block, so at most HELD_DEPARTED blocks are held."""
-    oldest, _ = held.popitem(last=False)
-    record = records.get(oldest)
-    if record is not None and record[0] is not None and type(record[0]) is not weakref.ref:
-        del records[oldest]

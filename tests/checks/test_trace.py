@@ -32,14 +32,13 @@ from verified_queue import (
     WrongTypeError,
 )
 from verified_queue import traced as traced_module
+from verified_queue._trace_records import Caller, Recorded
 from verified_queue.kvcache.pool import BlockPool, DoubleFreeError
 from verified_queue.traced import (
     DEFAULT_HISTORY,
     History,
     Operation,
     TracedFreeBlockQueue,
-    _Caller,
-    _Recorded,
 )
 
 THIS_FILE = os.path.abspath(__file__)
@@ -310,7 +309,7 @@ class RecordsTheWrongLine(TracedFreeBlockQueue[Block]):
 
     __slots__ = ()
 
-    def _record(self, name: str, caller: _Caller) -> _Recorded:
+    def _record(self, name: str, caller: Caller) -> Recorded:
         filename, line, function = caller
         return super()._record(name, (filename, line + 1, function))
 
@@ -320,7 +319,7 @@ class ForgetsFrees(TracedFreeBlockQueue[Block]):
 
     __slots__ = ()
 
-    def _linked(self, blocks: Iterable[Block], recorded: _Recorded) -> None:
+    def _linked(self, blocks: Iterable[Block], recorded: Recorded) -> None:
         if recorded[1] != "append":
             super()._linked(blocks, recorded)
 
@@ -330,7 +329,7 @@ class ForgetsTakes(TracedFreeBlockQueue[Block]):
 
     __slots__ = ()
 
-    def _unlinked(self, blocks: Iterable[Block], recorded: _Recorded) -> None:
+    def _unlinked(self, blocks: Iterable[Block], recorded: Recorded) -> None:
         """Record nothing."""
 
 
@@ -339,7 +338,7 @@ class ForgetsTheLinkOnTheWayOut(TracedFreeBlockQueue[Block]):
 
     __slots__ = ()
 
-    def _unlinked(self, blocks: Iterable[Block], recorded: _Recorded) -> None:
+    def _unlinked(self, blocks: Iterable[Block], recorded: Recorded) -> None:
         blocks = list(blocks)
         for block in blocks:
             self._records.pop(id(block), None)
@@ -351,7 +350,7 @@ class RecordsTheWrongThread(TracedFreeBlockQueue[Block]):
 
     __slots__ = ()
 
-    def _record(self, name: str, caller: _Caller) -> _Recorded:
+    def _record(self, name: str, caller: Caller) -> Recorded:
         recorded = super()._record(name, caller)
         fixed = (*recorded[:5], "MainThread")
         self._recent[-1] = fixed
@@ -382,7 +381,7 @@ class CountsOnlyBatches(TracedFreeBlockQueue[Block]):
 
     __slots__ = ()
 
-    def _record(self, name: str, caller: _Caller) -> _Recorded:
+    def _record(self, name: str, caller: Caller) -> Recorded:
         recorded = super()._record(name, caller)
         if not name.endswith("_n"):
             self._recent.pop()
@@ -423,11 +422,11 @@ def test_a_caller_walk_that_stops_in_the_library_fails_the_pool_claim(
 ) -> None:
     """Planted: a caller walk that takes the first frame (the pool's) instead of the caller's."""
 
-    def first_frame() -> _Caller:
+    def first_frame() -> Caller:
         frame = sys._getframe(2)
         return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
 
-    monkeypatch.setattr(traced_module, "_caller", first_frame)
+    monkeypatch.setattr(traced_module, "find_caller", first_frame)
     with pytest.raises(AssertionError):
         claim_a_pool_call_is_recorded_at_its_caller(TracedFreeBlockQueue)
 
