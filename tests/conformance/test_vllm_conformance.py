@@ -1,8 +1,9 @@
-"""Conformance with vLLM 0.33.0: its block type and its block pool, read from its wheel.
+"""Conformance with vLLM's releases: its block type and its block pool, read from its wheels.
 
 The scenarios are written here; vLLM's code is not. ``specs/vllm/wheel.py``
-executes vLLM's ``kv_cache_utils.py`` and ``block_pool.py`` out of the
-``vllm==0.33.0`` wheel, so the blocks are vLLM's ``KVCacheBlock`` (unchanged
+executes vLLM's ``kv_cache_utils.py`` and ``block_pool.py`` out of each
+``vllm`` wheel named by ``VERIFIED_QUEUE_VLLM_VERSIONS`` (``tox -e vllm``:
+0.34.0 and 0.33.0), so the blocks are vLLM's ``KVCacheBlock`` (unchanged
 on the pure-Python build; turned into a ``verified_queue.Block`` subclass on
 either build) and the pool is vLLM's ``BlockPool`` with its free queue bound
 to ours.
@@ -14,8 +15,10 @@ The tests skip when no wheel is configured and fail when
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,16 +29,18 @@ import pytest
 import verified_queue
 from specs.vllm.wheel import (
     BLOCK_POOL,
+    DEFAULT_VERSION,
     KV_CACHE_UTILS,
     LINK_FIELDS,
-    VLLM_VERSION,
     WHEEL_ENV,
     VllmCode,
     WheelNotFoundError,
+    configured_versions,
     configured_wheel,
     drop_in_diff,
     load_patched,
     load_vllm,
+    wheel_version,
 )
 from verified_queue import (
     AlreadyInQueueError,
@@ -55,19 +60,31 @@ BLOCK_SIZE = 16
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def wheel() -> Path:
-    """The vLLM wheel: skip without one, fail if one is configured but missing."""
+@pytest.fixture(scope="module", params=configured_versions())
+def wheel(request: pytest.FixtureRequest) -> Path:
+    """A vLLM wheel of each configured release: skip without one, fail if one is missing."""
+    version: str = request.param
     try:
-        found = configured_wheel()
+        found = configured_wheel(version)
     except WheelNotFoundError as error:
         pytest.fail(f"{WHEEL_ENV} is set, but: {error}")
     if found is None:
         pytest.skip(
-            f"no vLLM {VLLM_VERSION} wheel configured: run `tox -e vllm`, or set {WHEEL_ENV} "
+            f"no vLLM {version} wheel configured: run `tox -e vllm`, or set {WHEEL_ENV} "
             "to a vllm wheel or a directory holding one"
         )
     return found
+
+
+def release(wheel: Path) -> tuple[int, ...]:
+    """The release of ``wheel`` as a tuple of ints, for comparisons (0.34.0: (0, 34, 0))."""
+    return tuple(int(part) for part in wheel_version(wheel).split("."))
+
+
+def owner(block: Any) -> Any:
+    """The pool ``block.pool`` names: 0.34.0 holds a weak reference, 0.33.0 the pool."""
+    reference = block.pool
+    return reference() if isinstance(reference, weakref.ref) else reference
 
 
 @pytest.fixture(params=FORMS)
@@ -416,7 +433,7 @@ def test_pool_builds_our_queue_around_the_null_block(vllm: VllmCode) -> None:
     assert pool.null_block.is_null
     assert_detached([pool.null_block])
     assert_chain(pool.free_block_queue, pool.blocks[1:])
-    assert all(block.pool is pool for block in pool.blocks)
+    assert all(owner(block) is pool for block in pool.blocks)
 
 
 def assert_prefill_order(pool: Any) -> None:
@@ -554,6 +571,8 @@ def test_vllms_files_with_the_documented_edits_run_the_prefill_scenario(
 
 def test_the_documentation_shows_the_exact_diff(wheel: Path) -> None:
     """Every page that shows the diff of an edited vLLM file shows it exactly; docs/vllm.md does."""
+    if wheel_version(wheel) != DEFAULT_VERSION:
+        pytest.skip(f"the documentation shows the diffs against vLLM {DEFAULT_VERSION}")
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     texts = {page.name: page.read_text(encoding="utf-8") for page in pages if page.is_file()}
     for member in (BLOCK_POOL, KV_CACHE_UTILS):
@@ -562,3 +581,97 @@ def test_the_documentation_shows_the_exact_diff(wheel: Path) -> None:
         assert "vllm.md" in showing
         for name in showing:
             assert diff in texts[name], f"{name}: the diff of {member} is stale"
+
+
+# ---------------------------------------------------------------------------
+# What vLLM 0.34.0 changed in the block and the pool, pinned.
+
+
+def since_0_34(wheel: Path) -> None:
+    """Skip a test of a 0.34.0 change on an older release."""
+    if release(wheel) < (0, 34):
+        pytest.skip(f"vLLM {wheel_version(wheel)} predates the 0.34.0 change")
+
+
+def test_0_34_block_pool_is_a_weak_reference_to_the_pool(vllm: VllmCode, wheel: Path) -> None:
+    """KVCacheBlock.pool is a weakref.ref to its pool: no block -> pool cycle keeps a pool alive."""
+    since_0_34(wheel)
+    pool = vllm.BlockPool(4, True, BLOCK_SIZE)
+    assert all(type(block.pool) is weakref.ref for block in pool.blocks)
+    assert all(block.pool() is pool for block in pool.blocks)
+    blocks = pool.blocks
+    gone = weakref.ref(pool)
+    gc.disable()
+    try:
+        del pool
+        assert gone() is None  # freed by reference counting alone: no cycle
+    finally:
+        gc.enable()
+    assert all(block.pool() is None for block in blocks)
+
+
+def test_0_34_block_hash_fields_are_plain_fields(vllm: VllmCode, wheel: Path) -> None:
+    """block_hash and block_hash_num_tokens are dataclass fields, not properties over privates."""
+    since_0_34(wheel)
+    fields = vllm.KVCacheBlock.__dataclass_fields__
+    assert {"block_hash", "block_hash_num_tokens"} <= set(fields)
+    assert not {"_block_hash", "_block_hash_num_tokens"} & set(fields)
+    assert not isinstance(vars(vllm.KVCacheBlock).get("block_hash"), property)
+    block = vllm.KVCacheBlock(3)
+    block.set_block_hash(b"key", num_tokens=16)
+    assert (block.block_hash, block.block_hash_num_tokens) == (b"key", 16)
+    assert "block_hash=b'key', block_hash_num_tokens=16" in repr(block)
+    block.reset_hash()
+    assert (block.block_hash, block.block_hash_num_tokens) == (None, None)
+
+
+def test_0_34_the_hash_map_holds_block_ids(vllm: VllmCode, wheel: Path) -> None:
+    """BlockHashToBlockMap keeps block ids (ints), not blocks, and gives back the pool's blocks."""
+    since_0_34(wheel)
+    pool = vllm.BlockPool(11, True, BLOCK_SIZE)
+    allocate(pool, [*COMMON, 9])
+    cache = pool.cached_block_hash_to_block
+    assert len(cache) == 3
+    assert all(type(value) is int for value in vars(cache)["_cache"].values())
+    found = pool.get_cached_block(prefix_hashes(COMMON)[0], [0])
+    assert found is not None
+    assert found[0] is pool.blocks[1]
+
+
+def test_0_34_evict_first_puts_freed_cached_blocks_at_the_front(
+    vllm: VllmCode, wheel: Path
+) -> None:
+    """free_blocks(..., evict_first=True) prepends cached blocks too, in the order given."""
+    since_0_34(wheel)
+    pool = vllm.BlockPool(11, True, BLOCK_SIZE)
+    first = allocate(pool, [*COMMON, *[3] * 7])
+    pool.free_blocks(reversed(first), evict_first=True)
+    assert free_ids(pool) == [4, 3, 2, 1, 5, 6, 7, 8, 9, 10]
+    assert_chain(pool.free_block_queue, [pool.blocks[i] for i in free_ids(pool)])
+    # Without it the cached blocks go to the back, as before.
+    again = allocate(pool, [*COMMON, *[3] * 7])
+    assert ids(again) == [1, 2, 3, 4]
+    free(pool, again)
+    assert free_ids(pool) == [4, 5, 6, 7, 8, 9, 10, 3, 2, 1]
+
+
+def test_0_34_another_pools_blocks_are_freed_through_the_weak_reference(
+    vllm: VllmCode, wheel: Path
+) -> None:
+    """A deferred free reaches another pool through its weak reference, evict_first included."""
+    since_0_34(wheel)
+    first = vllm.BlockPool(6, True, BLOCK_SIZE)
+    second = vllm.BlockPool(11, True, BLOCK_SIZE)
+    theirs = allocate(second, [*COMMON, 5])
+    mine = first.get_new_blocks(1)
+    first.free_blocks([*reversed(theirs), *mine], evict_first=True)
+    assert free_ids(second) == [4, 3, 2, 1, 5, 6, 7, 8, 9, 10]
+    assert free_ids(first) == [1, 2, 3, 4, 5]
+    # Blocks of a pool that is gone are dropped: nothing is left to link them into.
+    orphans = vllm.BlockPool(4, False, BLOCK_SIZE)
+    held = orphans.get_new_blocks(2)
+    del orphans
+    gc.collect()
+    first.free_blocks(held)
+    assert free_ids(first) == [1, 2, 3, 4, 5]
+    assert_detached(held)
