@@ -50,6 +50,8 @@ from verified_queue import (
     InvariantViolation,
     NotInQueueError,
 )
+from verified_queue.kvcache.keys import BlockHash
+from verified_queue.kvcache.pool import BlockPool as OurBlockPool
 
 #: The block forms each build must accept: vLLM's class as it ships only on the
 #: pure-Python build (the compiled queue reads the links as C fields of Block).
@@ -675,3 +677,140 @@ def test_0_34_another_pools_blocks_are_freed_through_the_weak_reference(
     first.free_blocks(held)
     assert free_ids(first) == [1, 2, 3, 4, 5]
     assert_detached(held)
+
+
+# ---------------------------------------------------------------------------
+# Our BlockPool (verified_queue.kvcache) frees in vLLM's order on every scenario above.
+
+
+class OursAsVllm:
+    """verified_queue.kvcache.BlockPool behind the calls the scenarios make on vLLM's pool."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool, block_size: int) -> None:
+        del block_size  # our pool leaves the block size to its caller's keys
+        self.pool = OurBlockPool(num_blocks, enable_caching=enable_caching)
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything the scenarios share with vLLM's pool is our pool's own."""
+        return getattr(self.pool, name)
+
+    def get_cached_block(self, block_hash: bytes, group_ids: list[int]) -> list[Any] | None:
+        """vLLM's lookup by hash and KV-cache groups (one group here)."""
+        assert group_ids == [0]
+        found = self.pool.get_cached_block(BlockHash(block_hash))
+        return None if found is None else [found]
+
+    def cache_full_blocks(  # noqa: PLR0917 -- vLLM's own signature
+        self,
+        request: Any,
+        blocks: list[Any],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        group_id: int,
+    ) -> None:
+        """vLLM's call, the keys taken from the request as vLLM takes them."""
+        assert (block_size, group_id) == (BLOCK_SIZE, 0)
+        hashes = [BlockHash(key) for key in request.block_hashes]
+        self.pool.cache_full_blocks(blocks, hashes, num_cached_blocks, num_full_blocks)
+
+    def free_blocks(self, blocks: Iterable[Any], evict_first: bool = False) -> None:
+        """vLLM's call: the blocks are our pool's own, so they pass as they are."""
+        self.pool.free_blocks(blocks, evict_first=evict_first)
+
+
+Trace = list[tuple[str, list[int]]]
+
+
+def scenario_prefill(new_pool: Callable[..., Any]) -> Trace:
+    """Two requests sharing a prefix, then a third hitting it, then a miss evicting all."""
+    pool = new_pool(11, True, BLOCK_SIZE)
+    trace: Trace = []
+    first = allocate(pool, [*COMMON, *[3] * 7])
+    second = allocate(pool, [*COMMON, *[3] * 5])
+    trace += [("first", ids(first)), ("second", ids(second))]
+    free(pool, first)
+    free(pool, second)
+    trace.append(("freed", free_ids(pool)))
+    third = allocate(pool, [*COMMON, *[3] * 6])
+    trace += [("third", ids(third)), ("after the hit", free_ids(pool))]
+    free(pool, third)
+    trace.append(("freed", free_ids(pool)))
+    trace.append(("miss", ids(allocate(pool, [99] * (BLOCK_SIZE * 10)))))
+    return trace
+
+
+def scenario_reset(new_pool: Callable[..., Any]) -> Trace:
+    """reset_prefix_cache refused while held, then done, the free order kept."""
+    pool = new_pool(11, True, BLOCK_SIZE)
+    two_requests_sharing_a_prefix(pool)
+    held = allocate(pool, [*COMMON, 7])
+    trace: Trace = [("held", ids(held)), ("refused", [int(pool.reset_prefix_cache())])]
+    free(pool, held)
+    trace += [("reset", [int(pool.reset_prefix_cache())]), ("free", free_ids(pool))]
+    trace.append(("after reset", ids(allocate(pool, [*COMMON, 7]))))
+    return trace
+
+
+def scenario_no_caching(new_pool: Callable[..., Any]) -> Trace:
+    """With caching off, freed blocks are reused last in, first out."""
+    pool = new_pool(8, False, BLOCK_SIZE)
+    early, late = pool.get_new_blocks(2), pool.get_new_blocks(2)
+    free(pool, early)
+    free(pool, late)
+    return [("free", free_ids(pool)), ("reused", ids(pool.get_new_blocks(3)))]
+
+
+def scenario_two_pools(new_pool: Callable[..., Any]) -> Trace:
+    """A deferred free mixing two pools' blocks frees each in its own pool."""
+    first, second = new_pool(6, True, BLOCK_SIZE), new_pool(11, True, BLOCK_SIZE)
+    theirs = allocate(second, [*COMMON, 5])
+    mine = allocate(first, [*COMMON[:BLOCK_SIZE], 1])
+    first.free_blocks([*reversed(theirs), *reversed(mine)])
+    return [("first", free_ids(first)), ("second", free_ids(second))]
+
+
+def scenario_evict_first(new_pool: Callable[..., Any]) -> Trace:
+    """evict_first frees cached blocks to the front, in this pool and a routed one."""
+    first, second = new_pool(6, True, BLOCK_SIZE), new_pool(11, True, BLOCK_SIZE)
+    request = allocate(second, [*COMMON, *[3] * 7])
+    second.free_blocks(reversed(request), evict_first=True)
+    trace: Trace = [("evict first", free_ids(second))]
+    again = allocate(second, [*COMMON, *[3] * 7])
+    trace.append(("hit", ids(again)))
+    mine = allocate(first, [*COMMON[:BLOCK_SIZE], 1])
+    first.free_blocks([*reversed(again), *reversed(mine)], evict_first=True)
+    return [*trace, ("first", free_ids(first)), ("second", free_ids(second))]
+
+
+SCENARIOS: dict[str, tuple[Callable[[Callable[..., Any]], Trace], tuple[int, int]]] = {
+    "prefill": (scenario_prefill, (0, 33)),
+    "reset": (scenario_reset, (0, 33)),
+    "no caching": (scenario_no_caching, (0, 33)),
+    "two pools": (scenario_two_pools, (0, 33)),
+    "evict_first": (scenario_evict_first, (0, 34)),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_our_pool_frees_in_vllms_order(vllm: VllmCode, wheel: Path, name: str) -> None:
+    """verified_queue.kvcache.BlockPool gives vLLM's BlockPool's trace on each scenario."""
+    scenario, since = SCENARIOS[name]
+    if release(wheel) < since:
+        pytest.skip(f"vLLM {wheel_version(wheel)} has no {name}")
+    assert scenario(OursAsVllm) == scenario(vllm.BlockPool)
+
+
+def test_the_pool_comparison_catches_a_pool_that_ignores_evict_first(
+    vllm: VllmCode, wheel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our pool with evict_first dropped gives another trace: the comparison can fail."""
+    since_0_34(wheel)
+    original = OurBlockPool.free_blocks
+
+    def ignoring(self: OurBlockPool, blocks: Iterable[Any], evict_first: bool = False) -> None:
+        del evict_first
+        original(self, blocks)
+
+    monkeypatch.setattr(OurBlockPool, "free_blocks", ignoring)
+    assert scenario_evict_first(OursAsVllm) != scenario_evict_first(vllm.BlockPool)
