@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import logging
 import re
 import subprocess
 import sys
@@ -96,6 +97,8 @@ def fetch_wheel(directory: Path, version: str) -> Path:
 
 def _pip_finder() -> tuple[Any, Any]:
     """pip's package finder and session, configured as ``pip download`` would be."""
+    # pip warns of every configured find-links or index location that does not exist.
+    logging.getLogger("pip._internal.index.sources").setLevel(logging.ERROR)
     download = importlib.import_module("pip._internal.commands.download")
     command = download.DownloadCommand("download", "find vLLM's files")
     options, _ = command.parse_args(["--no-deps", "vllm"])
