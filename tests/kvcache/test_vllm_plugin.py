@@ -239,7 +239,8 @@ def test_register_rebinds_the_queue_in_every_module_that_bound_it(
     assert vllm_plugin.installed_mode() == mode
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == 1
-    assert f"verified-queue {verified_queue.__version__} (pure Python build)" in lines[0]
+    build = "compiled" if verified_queue.COMPILED else "pure Python"
+    assert f"verified-queue {verified_queue.__version__} ({build} build)" in lines[0]
     assert f"VERIFIED_QUEUE_VLLM={mode}" in lines[0]
     assert "vLLM 0.34.0" in lines[0]
     vllm_plugin.uninstall()

@@ -22,9 +22,18 @@ _OWN_MODULE_PREFIX: Final = "verified_queue."
 _COUNT: Any = vars(FreeBlockQueue)["num_free_blocks"]
 
 
+#: The compiled build's ``__setattr__`` (see ``verified_queue._slotted``): it only passes an
+#: assignment on, so the code that made it is the frame above it.
+_PASSING_ON: Final = "verified_queue._slotted"
+
+
 def _caller_is_own(depth: int) -> bool:
-    """Whether the code ``depth`` frames up belongs to this package."""
-    name: str = sys._getframe(depth).f_globals.get("__name__", "")
+    """Whether the code ``depth`` frames up, past the compiled setattr, is this package's."""
+    frame = sys._getframe(depth)
+    name: str = frame.f_globals.get("__name__", "")
+    while name == _PASSING_ON and frame.f_back is not None:
+        frame = frame.f_back
+        name = frame.f_globals.get("__name__", "")
     return name.startswith(_OWN_MODULE_PREFIX)
 
 
