@@ -116,6 +116,7 @@ def _run_tests(cache: Path, version: str) -> int:
     environment["VERIFIED_QUEUE_VLLM_VERSIONS"] = version
     command = [
         sys.executable,
+        "-I",  # the checkout off the front of sys.path: the installed package is tested
         "-m",
         "pytest",
         "-q",
