@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -151,7 +152,6 @@ def _run(
         VERIFIED_QUEUE_ENGINE_REPORT=str(report),
         PYTHONPATH=str(plugin),
     )
-    report.unlink(missing_ok=True)
     command = [
         sys.executable,
         "-m",
@@ -243,8 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plugin = _plugin_path(cache)
     reports: dict[str, dict[str, Any]] = {}
     seconds: dict[str, float] = {}
-    for mode in modes:
-        reports[mode], seconds[mode] = _run(mode, root, home, plugin, cache / f"report-{mode}.json")
+    # This run's own folder: two builds' environments may share the cache at once.
+    with tempfile.TemporaryDirectory(prefix="reports-", dir=cache) as folder:
+        for mode in modes:
+            report = Path(folder) / f"report-{mode}.json"
+            reports[mode], seconds[mode] = _run(mode, root, home, plugin, report)
     _table(reports, seconds)
     excluded = reports["shipped"]["excluded"]
     print(f"\nexcluded in every mode ({len(excluded)} tests):")
