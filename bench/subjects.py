@@ -36,7 +36,7 @@ __all__ = [
 
 
 #: vLLM's own queue and block class as the release ships them, executed from its wheel.
-VLLM_RELEASE = f"vLLM {vllm_wheel.VLLM_VERSION}"
+VLLM_RELEASE = f"vLLM {vllm_wheel.DEFAULT_VERSION}"
 #: The re-typed post-change design of bench/baselines.py, the reference when no wheel is at hand.
 POST_CHANGE = "post-change vLLM"
 
@@ -165,7 +165,7 @@ def all_subjects(*, check_mode: bool = True) -> list[Subject]:
 
 
 def vllm_release_subject() -> Subject | None:
-    """Return vLLM 0.33.0's own queue with its own block class, or ``None`` without a wheel.
+    """Return vLLM's own queue with its own block class, or ``None`` without a wheel.
 
     The wheel is the one ``VERIFIED_QUEUE_VLLM_WHEEL`` names, else the one
     ``tox -e vllm`` cached in ``.tox/vllm-wheel``; nothing is downloaded here.
@@ -180,7 +180,7 @@ def vllm_release_subject() -> Subject | None:
 
 
 def reference_name(subjects: Iterable[Subject]) -> str:
-    """Return the row ratios are taken against: vLLM 0.33.0 if measured, else post-change."""
+    """Return the row ratios are taken against: vLLM's own queue if measured, else post-change."""
     names = {subject.name for subject in subjects}
     return VLLM_RELEASE if VLLM_RELEASE in names else POST_CHANGE
 

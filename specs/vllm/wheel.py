@@ -1,8 +1,9 @@
-"""vLLM 0.33.0's free-block code, read out of its wheel at run time.
+"""vLLM's free-block code, read out of its wheel at run time, for each release we follow.
 
 The conformance tests and the benchmark measure the queue against the engine
-as it ships, not against a copy: this module opens the ``vllm==0.33.0``
-wheel (a zip file; nothing is installed), reads
+as it ships, not against a copy: this module opens a ``vllm`` wheel
+(:data:`DEFAULT_VERSION` unless told otherwise; a zip file, nothing is
+installed), reads
 ``vllm/v1/core/kv_cache_utils.py`` and ``vllm/v1/core/block_pool.py`` out of
 it and executes them as private modules. Their heavy imports (torch, the
 config system, the request and event types, ...) are stubbed in
@@ -24,8 +25,10 @@ Three shapes of vLLM's code can be loaded:
   ``BlockPool`` runs on it.
 
 The wheel is found through ``VERIFIED_QUEUE_VLLM_WHEEL`` (a wheel file, or a
-directory holding one), which ``tox -e vllm`` sets after
-``specs/vllm/fetch.py`` has downloaded the wheel into ``.tox/``.
+directory holding the wheels), which ``tox -e vllm`` sets after
+``specs/vllm/fetch.py`` has downloaded the wheels into ``.tox/``;
+``VERIFIED_QUEUE_VLLM_VERSIONS`` (comma-separated) names the releases the
+conformance tests run on (unset: :data:`PINNED_VERSIONS`, 0.34.0 and 0.33.0).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import difflib
 import functools
 import logging
 import os
+import re
 import sys
 import types
 import zipfile
@@ -44,16 +48,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specs.vllm.fetch import DEFAULT_VERSION, PINNED_VERSIONS
+
 __all__ = [
     "BLOCK_POOL",
+    "DEFAULT_VERSION",
     "DROP_IN_EDITS",
     "KV_CACHE_UTILS",
     "LINK_FIELDS",
+    "PINNED_VERSIONS",
     "TOX_WHEEL_DIR",
-    "VLLM_VERSION",
+    "VERSIONS_ENV",
     "WHEEL_ENV",
     "VllmCode",
     "WheelNotFoundError",
+    "configured_versions",
     "configured_wheel",
     "drop_in_diff",
     "find_wheel",
@@ -62,12 +71,13 @@ __all__ = [
     "patched_source",
     "read_member",
     "wheel_for_benchmark",
+    "wheel_version",
 ]
 
-#: The vLLM release the conformance tests and the benchmark load.
-VLLM_VERSION = "0.33.0"
 #: The environment variable naming the wheel (a ``.whl`` file or a directory holding one).
 WHEEL_ENV = "VERIFIED_QUEUE_VLLM_WHEEL"
+#: The environment variable naming the releases to test (comma-separated; default the newest).
+VERSIONS_ENV = "VERIFIED_QUEUE_VLLM_VERSIONS"
 #: Where ``tox -e vllm`` keeps the downloaded wheel, inside the git-ignored ``.tox/``.
 TOX_WHEEL_DIR = Path(__file__).resolve().parent.parent / ".tox" / "vllm-wheel"
 #: The two files read out of the wheel.
@@ -76,31 +86,47 @@ BLOCK_POOL = "vllm/v1/core/block_pool.py"
 #: The link fields vLLM's ``KVCacheBlock`` declares and a ``Block`` subclass must not.
 LINK_FIELDS = ("prev_free_block", "next_free_block")
 
-_WHEEL_PATTERN = f"vllm-{VLLM_VERSION}-*.whl"
+_WHEEL_NAME = re.compile(r"^vllm-(\d+(?:\.\d+)*)-")
 
 
 class WheelNotFoundError(FileNotFoundError):
     """The configured location holds no vLLM wheel of the expected version."""
 
 
-def find_wheel(location: Path) -> Path:
-    """Return the vLLM wheel at ``location``: the file itself, or the one wheel in a directory.
+def wheel_version(wheel: Path) -> str:
+    """Return the vLLM version a wheel's file name carries (``vllm-0.34.0-...whl``: ``0.34.0``)."""
+    found = _WHEEL_NAME.match(wheel.name)
+    if found is None:
+        raise WheelNotFoundError(f"{wheel.name} is not named like a vllm wheel")
+    return found.group(1)
+
+
+def find_wheel(location: Path, version: str = DEFAULT_VERSION) -> Path:
+    """Return the vLLM wheel at ``location``: the file itself, or the wheel of ``version`` in it.
 
     Raises :class:`WheelNotFoundError` naming the location when there is none.
     """
+    pattern = f"vllm-{version}-*.whl"
     if location.is_file():
         return location
     if location.is_dir():
-        found = sorted(location.glob(_WHEEL_PATTERN))
+        found = sorted(location.glob(pattern))
         if found:
             return found[-1]
     raise WheelNotFoundError(
-        f"no {_WHEEL_PATTERN} at {location} (run `python specs/vllm/fetch.py "
-        f"{location}` or `tox -e vllm` to download it)"
+        f"no {pattern} at {location} (run `python specs/vllm/fetch.py "
+        f"{location} --version {version}` or `tox -e vllm` to download it)"
     )
 
 
-def configured_wheel() -> Path | None:
+def configured_versions() -> tuple[str, ...]:
+    """Return the releases ``VERIFIED_QUEUE_VLLM_VERSIONS`` names, or every pinned one."""
+    named = os.environ.get(VERSIONS_ENV, "")
+    versions = tuple(part.strip() for part in named.split(",") if part.strip())
+    return versions or PINNED_VERSIONS
+
+
+def configured_wheel(version: str = DEFAULT_VERSION) -> Path | None:
     """Return the wheel ``VERIFIED_QUEUE_VLLM_WHEEL`` names, or ``None`` when it is unset.
 
     A set variable that names no wheel raises :class:`WheelNotFoundError`:
@@ -109,7 +135,7 @@ def configured_wheel() -> Path | None:
     location = os.environ.get(WHEEL_ENV, "")
     if not location:
         return None
-    return find_wheel(Path(location))
+    return find_wheel(Path(location), version)
 
 
 def wheel_for_benchmark() -> Path | None:
@@ -178,6 +204,7 @@ def _stub_modules() -> dict[str, types.ModuleType]:
         "vllm.utils",
         "vllm.utils.hashing",
         "vllm.utils.math_utils",
+        "vllm.utils.gc_utils",
         "vllm.distributed",
         "vllm.distributed.kv_events",
         "vllm.v1",
@@ -186,6 +213,7 @@ def _stub_modules() -> dict[str, types.ModuleType]:
         "vllm.v1.kv_cache_interface",
         "vllm.v1.kv_cache_spec_registry",
         "vllm.v1.request",
+        "vllm.v1.token_buffer",
         "vllm.v1.utils",
     ]
     modules: dict[str, types.ModuleType] = {name: _StubModule(name) for name in names}
@@ -203,6 +231,9 @@ def _stub_modules() -> dict[str, types.ModuleType]:
             for name in ("xxhash", "xxhash_cbor")
         },
         "vllm.utils.math_utils": {"cdiv": lambda a, b: -(a // -b)},
+        # 0.34.0's BlockHashToBlockMap untracks its dict from the cyclic GC at creation:
+        # no behaviour a test can see, so the stub hands the dict back as it is.
+        "vllm.utils.gc_utils": {"gc_untrack": lambda obj: obj},
         "vllm.distributed.kv_events": {"MEDIUM_GPU": "GPU"},
     }
     for name, attributes in defined.items():
@@ -347,7 +378,7 @@ def _execute_both(
 # ---------------------------------------------------------------------------
 # The change to vLLM's own files, as a user would make it (docs/vllm.md, "Using it in vLLM").
 
-#: ``(file, old text, new text)``: each old text occurs exactly once in vLLM 0.33.0's file.
+#: ``(file, old text, new text)``: each old text occurs exactly once in each pinned release's file.
 #: block_pool.py's edits are all either build needs; kv_cache_utils.py's, the compiled build.
 DROP_IN_EDITS: tuple[tuple[str, str, str], ...] = (
     (

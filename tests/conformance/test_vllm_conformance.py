@@ -1,8 +1,9 @@
-"""Conformance with vLLM 0.33.0: its block type and its block pool, read from its wheel.
+"""Conformance with vLLM's releases: its block type and its block pool, read from its wheels.
 
 The scenarios are written here; vLLM's code is not. ``specs/vllm/wheel.py``
-executes vLLM's ``kv_cache_utils.py`` and ``block_pool.py`` out of the
-``vllm==0.33.0`` wheel, so the blocks are vLLM's ``KVCacheBlock`` (unchanged
+executes vLLM's ``kv_cache_utils.py`` and ``block_pool.py`` out of each
+``vllm`` wheel named by ``VERIFIED_QUEUE_VLLM_VERSIONS`` (``tox -e vllm``:
+0.34.0 and 0.33.0), so the blocks are vLLM's ``KVCacheBlock`` (unchanged
 on the pure-Python build; turned into a ``verified_queue.Block`` subclass on
 either build) and the pool is vLLM's ``BlockPool`` with its free queue bound
 to ours.
@@ -14,8 +15,10 @@ The tests skip when no wheel is configured and fail when
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,16 +29,18 @@ import pytest
 import verified_queue
 from specs.vllm.wheel import (
     BLOCK_POOL,
+    DEFAULT_VERSION,
     KV_CACHE_UTILS,
     LINK_FIELDS,
-    VLLM_VERSION,
     WHEEL_ENV,
     VllmCode,
     WheelNotFoundError,
+    configured_versions,
     configured_wheel,
     drop_in_diff,
     load_patched,
     load_vllm,
+    wheel_version,
 )
 from verified_queue import (
     AlreadyInQueueError,
@@ -45,6 +50,8 @@ from verified_queue import (
     InvariantViolation,
     NotInQueueError,
 )
+from verified_queue.kvcache.keys import BlockHash
+from verified_queue.kvcache.pool import BlockPool as OurBlockPool
 
 #: The block forms each build must accept: vLLM's class as it ships only on the
 #: pure-Python build (the compiled queue reads the links as C fields of Block).
@@ -55,19 +62,31 @@ BLOCK_SIZE = 16
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def wheel() -> Path:
-    """The vLLM wheel: skip without one, fail if one is configured but missing."""
+@pytest.fixture(scope="module", params=configured_versions())
+def wheel(request: pytest.FixtureRequest) -> Path:
+    """A vLLM wheel of each configured release: skip without one, fail if one is missing."""
+    version: str = request.param
     try:
-        found = configured_wheel()
+        found = configured_wheel(version)
     except WheelNotFoundError as error:
         pytest.fail(f"{WHEEL_ENV} is set, but: {error}")
     if found is None:
         pytest.skip(
-            f"no vLLM {VLLM_VERSION} wheel configured: run `tox -e vllm`, or set {WHEEL_ENV} "
+            f"no vLLM {version} wheel configured: run `tox -e vllm`, or set {WHEEL_ENV} "
             "to a vllm wheel or a directory holding one"
         )
     return found
+
+
+def release(wheel: Path) -> tuple[int, ...]:
+    """The release of ``wheel`` as a tuple of ints, for comparisons (0.34.0: (0, 34, 0))."""
+    return tuple(int(part) for part in wheel_version(wheel).split("."))
+
+
+def owner(block: Any) -> Any:
+    """The pool ``block.pool`` names: 0.34.0 holds a weak reference, 0.33.0 the pool."""
+    reference = block.pool
+    return reference() if isinstance(reference, weakref.ref) else reference
 
 
 @pytest.fixture(params=FORMS)
@@ -416,7 +435,7 @@ def test_pool_builds_our_queue_around_the_null_block(vllm: VllmCode) -> None:
     assert pool.null_block.is_null
     assert_detached([pool.null_block])
     assert_chain(pool.free_block_queue, pool.blocks[1:])
-    assert all(block.pool is pool for block in pool.blocks)
+    assert all(owner(block) is pool for block in pool.blocks)
 
 
 def assert_prefill_order(pool: Any) -> None:
@@ -554,6 +573,8 @@ def test_vllms_files_with_the_documented_edits_run_the_prefill_scenario(
 
 def test_the_documentation_shows_the_exact_diff(wheel: Path) -> None:
     """Every page that shows the diff of an edited vLLM file shows it exactly; docs/vllm.md does."""
+    if wheel_version(wheel) != DEFAULT_VERSION:
+        pytest.skip(f"the documentation shows the diffs against vLLM {DEFAULT_VERSION}")
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     texts = {page.name: page.read_text(encoding="utf-8") for page in pages if page.is_file()}
     for member in (BLOCK_POOL, KV_CACHE_UTILS):
@@ -562,3 +583,234 @@ def test_the_documentation_shows_the_exact_diff(wheel: Path) -> None:
         assert "vllm.md" in showing
         for name in showing:
             assert diff in texts[name], f"{name}: the diff of {member} is stale"
+
+
+# ---------------------------------------------------------------------------
+# What vLLM 0.34.0 changed in the block and the pool, pinned.
+
+
+def since_0_34(wheel: Path) -> None:
+    """Skip a test of a 0.34.0 change on an older release."""
+    if release(wheel) < (0, 34):
+        pytest.skip(f"vLLM {wheel_version(wheel)} predates the 0.34.0 change")
+
+
+def test_0_34_block_pool_is_a_weak_reference_to_the_pool(vllm: VllmCode, wheel: Path) -> None:
+    """KVCacheBlock.pool is a weakref.ref to its pool: no block -> pool cycle keeps a pool alive."""
+    since_0_34(wheel)
+    pool = vllm.BlockPool(4, True, BLOCK_SIZE)
+    assert all(type(block.pool) is weakref.ref for block in pool.blocks)
+    assert all(block.pool() is pool for block in pool.blocks)
+    blocks = pool.blocks
+    gone = weakref.ref(pool)
+    gc.disable()
+    try:
+        del pool
+        assert gone() is None  # freed by reference counting alone: no cycle
+    finally:
+        gc.enable()
+    assert all(block.pool() is None for block in blocks)
+
+
+def test_0_34_block_hash_fields_are_plain_fields(vllm: VllmCode, wheel: Path) -> None:
+    """block_hash and block_hash_num_tokens are dataclass fields, not properties over privates."""
+    since_0_34(wheel)
+    fields = vllm.KVCacheBlock.__dataclass_fields__
+    assert {"block_hash", "block_hash_num_tokens"} <= set(fields)
+    assert not {"_block_hash", "_block_hash_num_tokens"} & set(fields)
+    assert not isinstance(vars(vllm.KVCacheBlock).get("block_hash"), property)
+    block = vllm.KVCacheBlock(3)
+    block.set_block_hash(b"key", num_tokens=16)
+    assert (block.block_hash, block.block_hash_num_tokens) == (b"key", 16)
+    assert "block_hash=b'key', block_hash_num_tokens=16" in repr(block)
+    block.reset_hash()
+    assert (block.block_hash, block.block_hash_num_tokens) == (None, None)
+
+
+def test_0_34_the_hash_map_holds_block_ids(vllm: VllmCode, wheel: Path) -> None:
+    """BlockHashToBlockMap keeps block ids (ints), not blocks, and gives back the pool's blocks."""
+    since_0_34(wheel)
+    pool = vllm.BlockPool(11, True, BLOCK_SIZE)
+    allocate(pool, [*COMMON, 9])
+    cache = pool.cached_block_hash_to_block
+    assert len(cache) == 3
+    assert all(type(value) is int for value in vars(cache)["_cache"].values())
+    found = pool.get_cached_block(prefix_hashes(COMMON)[0], [0])
+    assert found is not None
+    assert found[0] is pool.blocks[1]
+
+
+def test_0_34_evict_first_puts_freed_cached_blocks_at_the_front(
+    vllm: VllmCode, wheel: Path
+) -> None:
+    """free_blocks(..., evict_first=True) prepends cached blocks too, in the order given."""
+    since_0_34(wheel)
+    pool = vllm.BlockPool(11, True, BLOCK_SIZE)
+    first = allocate(pool, [*COMMON, *[3] * 7])
+    pool.free_blocks(reversed(first), evict_first=True)
+    assert free_ids(pool) == [4, 3, 2, 1, 5, 6, 7, 8, 9, 10]
+    assert_chain(pool.free_block_queue, [pool.blocks[i] for i in free_ids(pool)])
+    # Without it the cached blocks go to the back, as before.
+    again = allocate(pool, [*COMMON, *[3] * 7])
+    assert ids(again) == [1, 2, 3, 4]
+    free(pool, again)
+    assert free_ids(pool) == [4, 5, 6, 7, 8, 9, 10, 3, 2, 1]
+
+
+def test_0_34_another_pools_blocks_are_freed_through_the_weak_reference(
+    vllm: VllmCode, wheel: Path
+) -> None:
+    """A deferred free reaches another pool through its weak reference, evict_first included."""
+    since_0_34(wheel)
+    first = vllm.BlockPool(6, True, BLOCK_SIZE)
+    second = vllm.BlockPool(11, True, BLOCK_SIZE)
+    theirs = allocate(second, [*COMMON, 5])
+    mine = first.get_new_blocks(1)
+    first.free_blocks([*reversed(theirs), *mine], evict_first=True)
+    assert free_ids(second) == [4, 3, 2, 1, 5, 6, 7, 8, 9, 10]
+    assert free_ids(first) == [1, 2, 3, 4, 5]
+    # Blocks of a pool that is gone are dropped: nothing is left to link them into.
+    orphans = vllm.BlockPool(4, False, BLOCK_SIZE)
+    held = orphans.get_new_blocks(2)
+    del orphans
+    gc.collect()
+    first.free_blocks(held)
+    assert free_ids(first) == [1, 2, 3, 4, 5]
+    assert_detached(held)
+
+
+# ---------------------------------------------------------------------------
+# Our BlockPool (verified_queue.kvcache) frees in vLLM's order on every scenario above.
+
+
+class OursAsVllm:
+    """verified_queue.kvcache.BlockPool behind the calls the scenarios make on vLLM's pool."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool, block_size: int) -> None:
+        del block_size  # our pool leaves the block size to its caller's keys
+        self.pool = OurBlockPool(num_blocks, enable_caching=enable_caching)
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything the scenarios share with vLLM's pool is our pool's own."""
+        return getattr(self.pool, name)
+
+    def get_cached_block(self, block_hash: bytes, group_ids: list[int]) -> list[Any] | None:
+        """vLLM's lookup by hash and KV-cache groups (one group here)."""
+        assert group_ids == [0]
+        found = self.pool.get_cached_block(BlockHash(block_hash))
+        return None if found is None else [found]
+
+    def cache_full_blocks(  # noqa: PLR0917 -- vLLM's own signature
+        self,
+        request: Any,
+        blocks: list[Any],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        group_id: int,
+    ) -> None:
+        """vLLM's call, the keys taken from the request as vLLM takes them."""
+        assert (block_size, group_id) == (BLOCK_SIZE, 0)
+        hashes = [BlockHash(key) for key in request.block_hashes]
+        self.pool.cache_full_blocks(blocks, hashes, num_cached_blocks, num_full_blocks)
+
+    def free_blocks(self, blocks: Iterable[Any], evict_first: bool = False) -> None:
+        """vLLM's call: the blocks are our pool's own, so they pass as they are."""
+        self.pool.free_blocks(blocks, evict_first=evict_first)
+
+
+Trace = list[tuple[str, list[int]]]
+
+
+def scenario_prefill(new_pool: Callable[..., Any]) -> Trace:
+    """Two requests sharing a prefix, then a third hitting it, then a miss evicting all."""
+    pool = new_pool(11, True, BLOCK_SIZE)
+    trace: Trace = []
+    first = allocate(pool, [*COMMON, *[3] * 7])
+    second = allocate(pool, [*COMMON, *[3] * 5])
+    trace += [("first", ids(first)), ("second", ids(second))]
+    free(pool, first)
+    free(pool, second)
+    trace.append(("freed", free_ids(pool)))
+    third = allocate(pool, [*COMMON, *[3] * 6])
+    trace += [("third", ids(third)), ("after the hit", free_ids(pool))]
+    free(pool, third)
+    trace.append(("freed", free_ids(pool)))
+    trace.append(("miss", ids(allocate(pool, [99] * (BLOCK_SIZE * 10)))))
+    return trace
+
+
+def scenario_reset(new_pool: Callable[..., Any]) -> Trace:
+    """reset_prefix_cache refused while held, then done, the free order kept."""
+    pool = new_pool(11, True, BLOCK_SIZE)
+    two_requests_sharing_a_prefix(pool)
+    held = allocate(pool, [*COMMON, 7])
+    trace: Trace = [("held", ids(held)), ("refused", [int(pool.reset_prefix_cache())])]
+    free(pool, held)
+    trace += [("reset", [int(pool.reset_prefix_cache())]), ("free", free_ids(pool))]
+    trace.append(("after reset", ids(allocate(pool, [*COMMON, 7]))))
+    return trace
+
+
+def scenario_no_caching(new_pool: Callable[..., Any]) -> Trace:
+    """With caching off, freed blocks are reused last in, first out."""
+    pool = new_pool(8, False, BLOCK_SIZE)
+    early, late = pool.get_new_blocks(2), pool.get_new_blocks(2)
+    free(pool, early)
+    free(pool, late)
+    return [("free", free_ids(pool)), ("reused", ids(pool.get_new_blocks(3)))]
+
+
+def scenario_two_pools(new_pool: Callable[..., Any]) -> Trace:
+    """A deferred free mixing two pools' blocks frees each in its own pool."""
+    first, second = new_pool(6, True, BLOCK_SIZE), new_pool(11, True, BLOCK_SIZE)
+    theirs = allocate(second, [*COMMON, 5])
+    mine = allocate(first, [*COMMON[:BLOCK_SIZE], 1])
+    first.free_blocks([*reversed(theirs), *reversed(mine)])
+    return [("first", free_ids(first)), ("second", free_ids(second))]
+
+
+def scenario_evict_first(new_pool: Callable[..., Any]) -> Trace:
+    """evict_first frees cached blocks to the front, in this pool and a routed one."""
+    first, second = new_pool(6, True, BLOCK_SIZE), new_pool(11, True, BLOCK_SIZE)
+    request = allocate(second, [*COMMON, *[3] * 7])
+    second.free_blocks(reversed(request), evict_first=True)
+    trace: Trace = [("evict first", free_ids(second))]
+    again = allocate(second, [*COMMON, *[3] * 7])
+    trace.append(("hit", ids(again)))
+    mine = allocate(first, [*COMMON[:BLOCK_SIZE], 1])
+    first.free_blocks([*reversed(again), *reversed(mine)], evict_first=True)
+    return [*trace, ("first", free_ids(first)), ("second", free_ids(second))]
+
+
+SCENARIOS: dict[str, tuple[Callable[[Callable[..., Any]], Trace], tuple[int, int]]] = {
+    "prefill": (scenario_prefill, (0, 33)),
+    "reset": (scenario_reset, (0, 33)),
+    "no caching": (scenario_no_caching, (0, 33)),
+    "two pools": (scenario_two_pools, (0, 33)),
+    "evict_first": (scenario_evict_first, (0, 34)),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_our_pool_frees_in_vllms_order(vllm: VllmCode, wheel: Path, name: str) -> None:
+    """verified_queue.kvcache.BlockPool gives vLLM's BlockPool's trace on each scenario."""
+    scenario, since = SCENARIOS[name]
+    if release(wheel) < since:
+        pytest.skip(f"vLLM {wheel_version(wheel)} has no {name}")
+    assert scenario(OursAsVllm) == scenario(vllm.BlockPool)
+
+
+def test_the_pool_comparison_catches_a_pool_that_ignores_evict_first(
+    vllm: VllmCode, wheel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our pool with evict_first dropped gives another trace: the comparison can fail."""
+    since_0_34(wheel)
+    original = OurBlockPool.free_blocks
+
+    def ignoring(self: OurBlockPool, blocks: Iterable[Any], evict_first: bool = False) -> None:
+        del evict_first
+        original(self, blocks)
+
+    monkeypatch.setattr(OurBlockPool, "free_blocks", ignoring)
+    assert scenario_evict_first(OursAsVllm) != scenario_evict_first(vllm.BlockPool)

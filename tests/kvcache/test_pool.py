@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -525,7 +527,7 @@ def test_cache_full_blocks_refuses_another_pools_block() -> None:
     (theirs,) = other.get_new_blocks(1)
     keys = hash_request_tokens(tokens(0, BLOCK_SIZE), BLOCK_SIZE)
     before = snapshot(pool)
-    for stranger in (theirs, KVCacheBlock(1), KVCacheBlock(1, pool=pool)):
+    for stranger in (theirs, KVCacheBlock(1), KVCacheBlock(1, pool=weakref.ref(pool))):
         with pytest.raises(BlockPoolError, match="not a block of this pool"):
             pool.cache_full_blocks([stranger], keys, 0, 1)
     assert snapshot(pool) == before
@@ -564,8 +566,8 @@ def test_a_failed_free_changes_no_pool(queue_factory: QueueFactory) -> None:
         ([*mine.blocks, *foreign.blocks], DoubleFreeError, "ref_cnt would drop to -1"),
         ([*mine.blocks, foreign.blocks[0], foreign.blocks[0]], DoubleFreeError, "double free"),
         ([*mine.blocks, KVCacheBlock(3)], BlockPoolError, "belongs to no pool"),
-        ([*mine.blocks, KVCacheBlock(3, pool=theirs)], BlockPoolError, "does not own it"),
-        ([*mine.blocks, KVCacheBlock(3, pool=ours)], BlockPoolError, "does not own it"),
+        ([*mine.blocks, KVCacheBlock(3, pool=weakref.ref(theirs))], BlockPoolError, "not own"),
+        ([*mine.blocks, KVCacheBlock(3, pool=weakref.ref(ours))], BlockPoolError, "not own"),
     ]
     for batch, error, message in bad_batches:
         with pytest.raises(error, match=message):
@@ -632,13 +634,15 @@ def hash_of(block: KVCacheBlock) -> BlockHash | None:
 
 
 def test_the_block_has_vllms_shape() -> None:
-    """block_id, ref_cnt, keyword-only pool, a private hash behind block_hash, is_null."""
+    """block_id, ref_cnt, keyword-only weak pool reference, plain block_hash field, is_null."""
     pool = BlockPool(3)
     block = pool.blocks[1]
-    assert (block.block_id, block.ref_cnt, block.pool, block.is_null) == (1, 0, pool, False)
+    assert (block.block_id, block.ref_cnt, block.is_null) == (1, 0, False)
+    assert type(block.pool) is weakref.ref
+    assert block.pool() is pool
     assert pool.null_block.is_null
     with pytest.raises(TypeError):
-        KVCacheBlock(1, 0, pool)  # type: ignore[call-arg]  # pool is keyword-only, as in vLLM
+        KVCacheBlock(1, 0, weakref.ref(pool))  # type: ignore[call-arg]  # pool is keyword-only, as in vLLM
     block.set_block_hash(BlockHash(b"k"))
     with pytest.raises(BlockPoolError, match="has a hash already"):
         block.set_block_hash(BlockHash(b"other"))
@@ -650,8 +654,73 @@ def test_the_block_has_vllms_shape() -> None:
     assert len({id(block): block, id(KVCacheBlock(1)): block}) == 2
     assert hash(block) == hash(block)
     assert not hasattr(block, "__dict__")  # slotted, like vLLM's
-    with pytest.raises(AttributeError):
-        block.block_hash = BlockHash(b"k")  # type: ignore[misc]  # read-only: set_block_hash
+    # A plain field since vLLM 0.34.0 (no property over a private), and not a constructor argument.
+    assert "block_hash" in KVCacheBlock.__dataclass_fields__
+    assert not isinstance(vars(KVCacheBlock)["block_hash"], property)
+    with pytest.raises(TypeError):
+        KVCacheBlock(1, block_hash=BlockHash(b"k"))  # type: ignore[call-arg]
+
+
+def test_no_block_to_pool_cycle_keeps_a_dropped_pool_alive() -> None:
+    """Blocks hold their pool weakly: dropping the pool frees it at once, with no GC pass."""
+    pool = BlockPool(4)
+    blocks = pool.get_new_blocks(2)
+    gone = weakref.ref(pool)
+    gc.disable()
+    try:
+        del pool
+        assert gone() is None
+    finally:
+        gc.enable()
+    assert all(block.pool is not None and block.pool() is None for block in blocks)
+
+
+@pytest.mark.parametrize("queue_factory", [FreeBlockQueue, checked_queue], ids=["plain", "checked"])
+def test_evict_first_puts_freed_cached_blocks_at_the_front(queue_factory: QueueFactory) -> None:
+    """free_blocks(..., evict_first=True) prepends cached blocks too, in the order given."""
+    pool = BlockPool(8, queue_factory=queue_factory)
+    request = admit(pool, tokens(0, 3 * BLOCK_SIZE + 1))  # 1, 2, 3 cached, 4 partial
+    pool.free_blocks(reversed(request.blocks), evict_first=True)
+    assert free_ids(pool) == [4, 3, 2, 1, 5, 6, 7]
+    again = admit(pool, tokens(0, 3 * BLOCK_SIZE + 1))  # the prefix is still cached: a hit
+    assert ids(again.blocks) == [1, 2, 3, 4]
+    finish(pool, again)
+    assert free_ids(pool) == [4, 5, 6, 7, 3, 2, 1]  # without it: cached blocks to the back
+    pool.check_consistency()
+
+
+def test_evict_first_reaches_the_pool_a_block_is_routed_to() -> None:
+    """A mixed free passes evict_first on to the other pool, as vLLM does."""
+    ours, theirs = BlockPool(4), BlockPool(6)
+    foreign = admit(theirs, tokens(0, 2 * BLOCK_SIZE + 1))  # 1, 2 cached, 3 partial
+    mine = ours.get_new_blocks(1)
+    ours.free_blocks([*reversed(foreign.blocks), *mine], evict_first=True)
+    assert free_ids(theirs) == [3, 2, 1, 4, 5]
+    assert free_ids(ours) == [1, 2, 3]
+    ours.check_consistency()
+    theirs.check_consistency()
+
+
+def test_evict_first_must_be_a_bool_and_a_refusal_changes_nothing() -> None:
+    """evict_first of another type raises TypeError before any count or queue changes."""
+    pool = BlockPool(4)
+    held = pool.get_new_blocks(2)
+    before = snapshot(pool)
+    with pytest.raises(TypeError, match="evict_first"):
+        pool.free_blocks(held, evict_first=1)  # type: ignore[arg-type]
+    assert snapshot(pool) == before
+
+
+def test_blocks_of_a_pool_that_is_gone_are_skipped() -> None:
+    """A deferred free holding blocks of a dropped pool frees the rest, as vLLM's pool does."""
+    ours, doomed = BlockPool(4), BlockPool(4)
+    mine, orphans = ours.get_new_blocks(1), doomed.get_new_blocks(2)
+    del doomed
+    gc.collect()
+    ours.free_blocks([*orphans, *mine])
+    assert free_ids(ours) == [1, 2, 3]
+    assert [block.ref_cnt for block in orphans] == [1, 1]
+    ours.check_consistency()
 
 
 # --- identity only ----------------------------------------------------------------------------

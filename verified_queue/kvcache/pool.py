@@ -30,10 +30,11 @@ P3. A block has a ``block_hash`` exactly when it is registered under that hash
 P4. Blocks are compared by identity only (``is``, ``block_id``): the pool never
     calls a block's ``__eq__`` or ``__hash__``.
 P5. Block ``i`` of the pool is ``blocks[i]``, has ``block_id == i`` and carries
-    the pool as its ``pool``; only the pool's own blocks are ever in its free
-    queue or its cache. ``free_blocks`` hands another pool's block to that pool,
-    as vLLM does (deferred frees may mix the pools of several KV-cache groups);
-    ``cache_full_blocks`` refuses one.
+    a weak reference to the pool as its ``pool`` (as vLLM 0.34.0 does: no block
+    -> pool reference cycle, so a dropped pool is freed at once); only the
+    pool's own blocks are ever in its free queue or its cache. ``free_blocks``
+    hands another pool's block to that pool, as vLLM does (deferred frees may
+    mix the pools of several KV-cache groups); ``cache_full_blocks`` refuses one.
 
 The P-numbers name the pool's invariants; the free queue beneath keeps its own,
 I1..I5 of ``verified_queue.queue``. Where the two meet: a block that P2 puts
@@ -53,6 +54,7 @@ faster, a timing side channel) is out of scope: keys do not hide it.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -98,9 +100,10 @@ def _show_hash(block_hash: object) -> str:
 class KVCacheBlock(Block):
     """One KV-cache block: its id, how many requests use it, its pool, and its cache key once full.
 
-    The fields follow vLLM's ``KVCacheBlock``: ``pool`` is keyword-only, the
-    key is kept privately and read through :attr:`block_hash`, and set or
-    cleared only with :meth:`set_block_hash` and :meth:`reset_hash`.
+    The fields follow vLLM 0.34.0's ``KVCacheBlock``: ``pool`` is keyword-only
+    and a weak reference to the pool, and ``block_hash`` is a plain field, set
+    with :meth:`set_block_hash` (which refuses a second key) and cleared with
+    :meth:`reset_hash`; the pool relies on nothing else writing it (P3).
 
     >>> block = KVCacheBlock(3)
     >>> block
@@ -114,35 +117,29 @@ class KVCacheBlock(Block):
 
     block_id: int
     ref_cnt: int = 0
-    #: The pool the block belongs to; ``free_blocks`` hands the block back to it.
-    pool: BlockPool | None = field(default=None, kw_only=True)
-    _block_hash: BlockHash | None = field(default=None, init=False)
+    #: A weak reference to the pool the block belongs to; ``free_blocks`` hands the block
+    #: back to that pool while it lives.
+    pool: weakref.ref[BlockPool] | None = field(default=None, kw_only=True)
+    #: The block's prefix-cache key, or ``None`` when it is not cached.
+    block_hash: BlockHash | None = field(default=None, init=False)
     #: Set on the pool's null block only (P1).
     is_null: bool = field(default=False, kw_only=True)
-
-    @property
-    def block_hash(self) -> BlockHash | None:
-        """The block's prefix-cache key, or ``None`` when it is not cached.
-
-        Runtime complexity: O(1)
-        """
-        return self._block_hash
 
     def set_block_hash(self, block_hash: BlockHash) -> None:
         """Record ``block_hash`` as the block's key; raise :class:`BlockPoolError` if it has one.
 
         Runtime complexity: O(1)
         """
-        if self._block_hash is not None:
+        if self.block_hash is not None:
             raise BlockPoolError(f"{self!r} has a hash already")
-        self._block_hash = block_hash
+        self.block_hash = block_hash
 
     def reset_hash(self) -> None:
         """Forget the block's key (it was evicted from the cache).
 
         Runtime complexity: O(1)
         """
-        self._block_hash = None
+        self.block_hash = None
 
     def __repr__(self) -> str:
         """Show id, count and the key's first bytes, never the neighbours or the pool.
@@ -151,7 +148,7 @@ class KVCacheBlock(Block):
         """
         return (
             f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, "
-            f"block_hash={_show_hash(self._block_hash)})"
+            f"block_hash={_show_hash(self.block_hash)})"
         )
 
 
@@ -240,6 +237,8 @@ class BlockPool:
     """
 
     __slots__ = (
+        "__weakref__",
+        "_weak_self",
         "blocks",
         "cached_block_hash_to_block",
         "enable_caching",
@@ -255,6 +254,7 @@ class BlockPool:
 
     num_blocks: int
     enable_caching: bool
+    _weak_self: weakref.ref[BlockPool]
     blocks: list[KVCacheBlock]
     free_block_queue: FreeBlockQueue[KVCacheBlock]
     cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]]
@@ -287,7 +287,11 @@ class BlockPool:
             queue_factory = verified_queue.FreeBlockQueue
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.blocks = [KVCacheBlock(block_id, pool=self) for block_id in range(num_blocks)]  # P5
+        # One weak reference, shared by every block: what a block's pool is compared with.
+        self._weak_self = weakref.ref(self)
+        self.blocks = [
+            KVCacheBlock(block_id, pool=self._weak_self) for block_id in range(num_blocks)
+        ]  # P5
         self.free_block_queue = queue_factory(self.blocks)
         # Keyed by hash, then block id: the same tokens may be cached in several
         # blocks (two requests filled them at once), and vLLM does not merge
@@ -325,7 +329,7 @@ class BlockPool:
             type(block_id) is int
             and 0 <= block_id < self.num_blocks
             and self.blocks[block_id] is block
-            and block.pool is self
+            and block.pool is self._weak_self
         )
 
     def get_num_free_blocks(self) -> int:
@@ -475,7 +479,9 @@ class BlockPool:
             block.ref_cnt += 1
             self.num_touched += 1
 
-    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+    def free_blocks(
+        self, ordered_blocks: Iterable[KVCacheBlock], evict_first: bool = False
+    ) -> None:
         """Drop a reference on each block; those no request uses any more join the free queue.
 
         Blocks are given in eviction order, first evicted first: pass a
@@ -484,9 +490,14 @@ class BlockPool:
         that carry a cached hash are appended to the back (``append_n``: the
         least recently used is evicted first); those without one (or all of
         them, with caching off) are prepended to the front (``prepend_n``) in
-        the order given, to be reused first (LIFO). The null block is skipped
-        (P1), and a block of another pool is freed in that pool (P5), as vLLM
-        does for deferred frees that mix the pools of several KV-cache groups.
+        the order given, to be reused first (LIFO). With ``evict_first`` (vLLM
+        0.34.0: blocks whose contents another tier already holds) released
+        cached blocks go to the front too, in the order given, evicted before
+        every other cached block. The null block is skipped (P1), and a block of
+        another pool is freed in that pool, through its weak reference, with the
+        same ``evict_first`` (P5), as vLLM does for deferred frees that mix the
+        pools of several KV-cache groups; a block whose pool no longer exists is
+        skipped, as vLLM skips it (there is no queue left to link it into).
 
         All or nothing, across this pool and the pools blocks are routed to:
         every block is checked before anything changes. A block freed more
@@ -508,23 +519,30 @@ class BlockPool:
           ...
         verified_queue.kvcache.pool.DoubleFreeError: free_blocks(...): ... to -1 (a double free?)
         """
+        if type(evict_first) is not bool:
+            raise TypeError(f"free_blocks(evict_first={evict_first!r}): expected True or False")
         blocks = ordered_blocks if type(ordered_blocks) is list else list(ordered_blocks)
         ours: list[KVCacheBlock] = []
         others: dict[int, tuple[BlockPool, list[KVCacheBlock]]] = {}  # by id(pool)
+        mine = self._weak_self
         for block in blocks:
             if block.is_null:
                 continue  # P1: never pooled, its count is not kept
-            owner = block.pool
-            if owner is self:
+            reference = block.pool
+            if reference is mine:
                 ours.append(block)
-            elif isinstance(owner, BlockPool):
+                continue
+            owner = reference() if isinstance(reference, weakref.ref) else None
+            if isinstance(owner, BlockPool):
                 others.setdefault(id(owner), (owner, []))[1].append(block)
+            elif isinstance(reference, weakref.ref) and owner is None:
+                continue  # its pool is gone, and its queue with it: vLLM skips it too
             else:
                 raise BlockPoolError(
                     f"free_blocks({block!r}): the block belongs to no pool, so it cannot be freed"
                 )
-        plans = [self._plan_free(ours)]
-        plans.extend(owner._plan_free(routed) for owner, routed in others.values())
+        plans = [self._plan_free(ours, evict_first)]
+        plans.extend(owner._plan_free(routed, evict_first) for owner, routed in others.values())
         applied: list[_FreePlan] = []
         try:
             for plan in plans:
@@ -535,7 +553,7 @@ class BlockPool:
                 plan.undo()
             raise
 
-    def _plan_free(self, blocks: list[KVCacheBlock]) -> _FreePlan:
+    def _plan_free(self, blocks: list[KVCacheBlock], evict_first: bool) -> _FreePlan:
         """Check that ``blocks`` (all claiming this pool) can be freed, changing nothing.
 
         Returns which blocks go to the front and which to the back.
@@ -544,7 +562,7 @@ class BlockPool:
         to_back: list[KVCacheBlock] = []
         # A block listed several times drops several references: count them by id (P4).
         left: dict[int, int] = {}
-        caching = self.enable_caching
+        to_back_if_cached = self.enable_caching and not evict_first
         for block in blocks:
             if not self.owns(block):
                 raise BlockPoolError(
@@ -567,7 +585,7 @@ class BlockPool:
                     raise BlockPoolError(
                         f"free_blocks({block!r}): held, yet linked in a free queue (P2 broken)"
                     )
-                if caching and block.block_hash is not None:
+                if to_back_if_cached and block.block_hash is not None:
                     to_back.append(block)
                 else:
                     to_front.append(block)
@@ -628,7 +646,7 @@ class BlockPool:
         if not free_ids <= owned:
             raise BlockPoolError("the free queue holds a block this pool does not own (P5)")
         for index, block in enumerate(self.blocks):
-            if block.block_id != index or block.pool is not self:
+            if block.block_id != index or block.pool is not self._weak_self:
                 raise BlockPoolError(f"{block!r} at index {index} does not name this pool (P5)")
             if block is null_block:
                 continue

@@ -1,0 +1,463 @@
+"""The vLLM plugin: on a stand-in vLLM package (always) and on vLLM's wheels under stubs.
+
+The stand-in package is written to a temporary directory and imported as
+``vllm``: a ``kv_cache_utils`` and a ``block_pool`` shaped like 0.34.0's (a
+slotted ``KVCacheBlock`` dataclass with a keyword-only ``pool``, a queue class
+built from the blocks), a logger, and a third module that binds the queue too.
+No torch and no vLLM are needed. With ``VERIFIED_QUEUE_VLLM_WHEEL`` set (``tox
+-e vllm``), the plugin also runs on vLLM's own two files of each pinned release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import subprocess
+import sys
+import textwrap
+import weakref
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import verified_queue
+from specs.vllm.wheel import (
+    WheelNotFoundError,
+    configured_versions,
+    configured_wheel,
+    load_vllm,
+)
+from verified_queue import Block, InvariantViolation
+from verified_queue.kvcache import vllm_plugin
+from verified_queue.kvcache.vllm_checked import VllmCheckedFreeBlockQueue
+from verified_queue.kvcache.vllm_plugin import VllmPluginError
+from verified_queue.queue import FreeBlockQueue
+
+KV_CACHE_UTILS = '''
+import weakref
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class KVCacheBlock:
+    """KV-cache block metadata."""
+
+    block_id: int
+    ref_cnt: int = 0
+    pool: "weakref.ref | None" = field(default=None, repr=False, compare=False, kw_only=True)
+    block_hash: bytes | None = None
+    prev_free_block: "KVCacheBlock | None" = None
+    next_free_block: "KVCacheBlock | None" = None
+    is_null: bool = False
+
+    def reset_hash(self):
+        self.block_hash = None
+
+    def __repr__(self):
+        return f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt})"
+
+
+class FreeKVCacheBlockQueue:
+    def __init__(self, blocks):
+        self.blocks = list(blocks)
+        self.num_free_blocks = len(self.blocks)
+
+    def popleft(self): return self.blocks.pop(0)
+    def popleft_n(self, n): return [self.popleft() for _ in range(n)]
+    def remove(self, block): self.blocks.remove(block)
+    def append(self, block): self.blocks.append(block)
+    def append_n(self, blocks): self.blocks.extend(blocks)
+    def prepend_n(self, blocks): self.blocks[:0] = list(blocks)
+    def get_all_free_blocks(self): return list(self.blocks)
+'''
+
+BLOCK_POOL = """
+import weakref
+from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+
+
+class BlockPool:
+    def __init__(self, num_blocks):
+        self._weak_self = weakref.ref(self)
+        self.blocks = [KVCacheBlock(i, pool=self._weak_self) for i in range(num_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.null_block = self.free_block_queue.popleft()
+
+    def get_num_free_blocks(self):
+        return self.free_block_queue.num_free_blocks
+"""
+
+FILES = {
+    "vllm/__init__.py": '__version__ = "0.34.0"\n',
+    "vllm/logger.py": "import logging\n\ninit_logger = logging.getLogger\n",
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/core/__init__.py": "",
+    "vllm/v1/core/kv_cache_utils.py": KV_CACHE_UTILS,
+    "vllm/v1/core/block_pool.py": BLOCK_POOL,
+    "vllm/v1/other.py": "from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue\n",
+    "vllm/v1/later.py": "from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue\n",
+}
+
+
+def write_package(root: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (path -> text) under ``root``."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def forget_vllm() -> None:
+    """Drop every ``vllm`` module from ``sys.modules``."""
+    for name in [name for name in sys.modules if name == "vllm" or name.startswith("vllm.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The stand-in vLLM on sys.path, its core and 'other' modules loaded; all undone after."""
+    if any(name == "vllm" or name.startswith("vllm.") for name in sys.modules):
+        pytest.skip("a real vllm is loaded in this process")
+    write_package(tmp_path, FILES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(vllm_plugin.ENVIRONMENT_VARIABLE, raising=False)
+    importlib.invalidate_caches()
+    for name in ("vllm.v1.core.block_pool", "vllm.v1.other"):
+        importlib.import_module(name)
+    try:
+        yield tmp_path
+    finally:
+        vllm_plugin.uninstall()
+        forget_vllm()
+
+
+def module(name: str) -> Any:
+    """A loaded module, typed Any."""
+    return sys.modules[name]
+
+
+def vllm_queue() -> type:
+    """The stand-in's own queue class (kv_cache_utils' binding may have been replaced)."""
+    found: type = vars(module("vllm.v1.other"))["FreeKVCacheBlockQueue"]
+    return found
+
+
+# ---------------------------------------------------------------------------
+# The switch.
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [
+        ("", "off"),
+        ("off", "off"),
+        (" OFF ", "off"),
+        ("production", "production"),
+        ("Checked", "checked"),
+    ],
+)
+def test_read_mode_accepts_off_production_and_checked(value: str, mode: str) -> None:
+    """Unset, empty and off mean off; production and checked in any case, spaces trimmed."""
+    assert vllm_plugin.read_mode({vllm_plugin.ENVIRONMENT_VARIABLE: value}) == mode
+    assert vllm_plugin.read_mode({}) == "off"
+
+
+@pytest.mark.parametrize("value", ["1", "on", "prod", "checked,production"])
+def test_an_unknown_value_is_refused_in_one_line(value: str) -> None:
+    """Any other value raises VllmPluginError in one line naming the value and the choices."""
+    with pytest.raises(VllmPluginError) as caught:
+        vllm_plugin.read_mode({vllm_plugin.ENVIRONMENT_VARIABLE: value})
+    message = str(caught.value)
+    assert "\n" not in message
+    assert repr(value) in message
+    assert "expected off, production or checked" in message
+
+
+def test_off_imports_nothing_from_vllm_nor_check_mode() -> None:
+    """With the variable unset, register() loads no vllm module and no checker."""
+    script = (
+        "import sys\n"
+        "from verified_queue.kvcache import vllm_plugin\n"
+        "vllm_plugin.register()\n"
+        "loaded = [m for m in sys.modules if m == 'vllm' or m.startswith('vllm.')]\n"
+        "loaded += [m for m in sys.modules if m.startswith('verified_queue.') and 'check' in m]\n"
+        "print(loaded)\n"
+    )
+    for value in ("", "off"):
+        environment = {"PATH": "", "VERIFIED_QUEUE_VLLM": value}
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout == "[]\n"
+
+
+def test_the_package_registers_the_entry_point() -> None:
+    """The installed distribution names register() in vLLM's vllm.general_plugins group."""
+    found = [
+        entry
+        for entry in metadata.entry_points(group="vllm.general_plugins")
+        if entry.name == "verified_queue"
+    ]
+    assert [entry.value for entry in found] == ["verified_queue.kvcache.vllm_plugin:register"]
+    assert found[0].load() is vllm_plugin.register
+
+
+# ---------------------------------------------------------------------------
+# On the stand-in vLLM.
+
+
+@pytest.mark.parametrize(
+    ("mode", "queue"), [("production", FreeBlockQueue), ("checked", VllmCheckedFreeBlockQueue)]
+)
+def test_register_rebinds_the_queue_in_every_module_that_bound_it(
+    fake_vllm: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+    queue: type,
+) -> None:
+    """production and checked rebind FreeKVCacheBlockQueue in every loaded vLLM module, once."""
+    del fake_vllm
+    original = vllm_queue()
+    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, mode)
+    with caplog.at_level(logging.INFO, logger=vllm_plugin.LOGGER_NAME):
+        vllm_plugin.register()
+        vllm_plugin.register()  # vLLM may load its plugins more than once
+    for name in ("vllm.v1.core.kv_cache_utils", "vllm.v1.core.block_pool", "vllm.v1.other"):
+        assert module(name).FreeKVCacheBlockQueue is queue, name
+    pool = module("vllm.v1.core.block_pool").BlockPool(5)
+    assert [block.block_id for block in pool.free_block_queue] == [1, 2, 3, 4]
+    assert type(pool.free_block_queue) is queue
+    assert vllm_plugin.installed_mode() == mode
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 1
+    build = "compiled" if verified_queue.COMPILED else "pure Python"
+    assert f"verified-queue {verified_queue.__version__} ({build} build)" in lines[0]
+    assert f"VERIFIED_QUEUE_VLLM={mode}" in lines[0]
+    assert "vLLM 0.34.0" in lines[0]
+    vllm_plugin.uninstall()
+    assert module("vllm.v1.core.block_pool").FreeKVCacheBlockQueue is original
+
+
+def test_the_rebinding_survives_a_reload_and_reaches_later_imports(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """importlib.reload of kv_cache_utils (vLLM's test_none_hash) and later imports get ours."""
+    del fake_vllm
+    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "production")
+    vllm_plugin.register()
+    reloaded = importlib.reload(module("vllm.v1.core.kv_cache_utils"))
+    assert reloaded.FreeKVCacheBlockQueue is FreeBlockQueue
+    assert importlib.import_module("vllm.v1.later").FreeKVCacheBlockQueue is FreeBlockQueue
+    vllm_plugin.uninstall()
+    again = importlib.reload(module("vllm.v1.core.kv_cache_utils"))
+    assert again.FreeKVCacheBlockQueue is not FreeBlockQueue
+
+
+def test_without_the_plugin_a_reload_brings_vllms_queue_back(fake_vllm: Path) -> None:
+    """The reload test can fail: rebinding by hand alone does not survive a reload."""
+    del fake_vllm
+    kv_cache_utils = module("vllm.v1.core.kv_cache_utils")
+    kv_cache_utils.FreeKVCacheBlockQueue = FreeBlockQueue
+    reloaded = importlib.reload(kv_cache_utils)
+    assert reloaded.FreeKVCacheBlockQueue is not FreeBlockQueue
+
+
+def test_another_mode_in_the_same_process_is_refused(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once production is in, checked is refused in one line and nothing changes."""
+    del fake_vllm
+    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "production")
+    vllm_plugin.register()
+    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "checked")
+    with pytest.raises(VllmPluginError, match="already") as caught:
+        vllm_plugin.register()
+    assert "\n" not in str(caught.value)
+    assert module("vllm.v1.core.block_pool").FreeKVCacheBlockQueue is FreeBlockQueue
+
+
+def test_a_bad_value_leaves_vllm_untouched(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """register() with an unknown value raises before changing any module."""
+    del fake_vllm
+    original = vllm_queue()
+    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "yes")
+    with pytest.raises(VllmPluginError, match="'yes'"):
+        vllm_plugin.register()
+    assert module("vllm.v1.core.block_pool").FreeKVCacheBlockQueue is original
+    assert vllm_plugin.installed_mode() == "off"
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (("    def prepend_n(self, blocks): self.blocks[:0] = list(blocks)\n", ""), "prepend_n"),
+        (("    def __init__(self, blocks):", "    def __init__(self, blocks, size):"), "size"),
+        (("    ref_cnt: int = 0\n", ""), "fields"),
+        (("@dataclass(slots=True)\nclass KVCacheBlock:", "class KVCacheBlock:"), "dataclass"),
+    ],
+    ids=["no prepend_n", "constructor", "no ref_cnt", "no dataclass"],
+)
+def test_an_unrecognised_vllm_is_refused_naming_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: tuple[str, str], problem: str
+) -> None:
+    """A queue or block of another shape: one-line refusal naming vLLM's version, no change."""
+    if any(name == "vllm" or name.startswith("vllm.") for name in sys.modules):
+        pytest.skip("a real vllm is loaded in this process")
+    old, new = change
+    assert old in KV_CACHE_UTILS
+    files = {
+        **FILES,
+        "vllm/__init__.py": '__version__ = "0.99.0"\n',
+        "vllm/v1/core/kv_cache_utils.py": KV_CACHE_UTILS.replace(old, new),
+    }
+    write_package(tmp_path, files)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "checked")
+    importlib.invalidate_caches()
+    try:
+        block_pool = importlib.import_module("vllm.v1.core.block_pool")
+        original = block_pool.FreeKVCacheBlockQueue
+        with pytest.raises(VllmPluginError) as caught:
+            vllm_plugin.register()
+        message = str(caught.value)
+        assert message.startswith("vLLM 0.99.0: ")
+        assert problem in message
+        assert "\n" not in message
+        assert block_pool.FreeKVCacheBlockQueue is original
+        assert vllm_plugin.installed_mode() == "off"
+    finally:
+        vllm_plugin.uninstall()
+        forget_vllm()
+
+
+def test_the_compiled_build_gets_a_derived_block_bound_where_blocks_are_built(
+    fake_vllm: Path,
+) -> None:
+    """compiled: KVCacheBlock rebound to a Block subclass with vLLM's fields, methods, repr."""
+    del fake_vllm
+    kv_cache_utils = module("vllm.v1.core.kv_cache_utils")
+    block_pool = module("vllm.v1.core.block_pool")
+    original = kv_cache_utils.KVCacheBlock
+    vllm_plugin.install("production", kv_cache_utils, block_pool, compiled=True)
+    derived = block_pool.KVCacheBlock
+    assert kv_cache_utils.KVCacheBlock is derived
+    assert issubclass(derived, Block)
+    assert derived.__vllm_block__ is original
+    assert (derived.__module__, derived.__qualname__) == (original.__module__, "KVCacheBlock")
+    fields = {field.name: field for field in dataclasses.fields(derived)}
+    assert list(fields) == ["block_id", "ref_cnt", "pool", "block_hash", "is_null"]
+    assert fields["pool"].kw_only
+    assert not fields["pool"].repr
+    assert "__dict__" not in dir(derived(1))
+    pool = block_pool.BlockPool(4)
+    assert all(type(block) is derived for block in pool.blocks)
+    assert pool.blocks[1].pool() is pool
+    assert repr(pool.blocks[2]) == "KVCacheBlock(block_id=2, ref_cnt=0)"
+    pool.blocks[2].block_hash = b"k"
+    pool.blocks[2].reset_hash()
+    assert pool.blocks[2].block_hash is None
+    assert [block.block_id for block in pool.free_block_queue.popleft_n(2)] == [1, 2]
+    vllm_plugin.uninstall()
+    assert block_pool.KVCacheBlock is original
+
+
+def test_the_compiled_build_refuses_a_block_it_cannot_derive() -> None:
+    """An unslotted vLLM block cannot become a Block: one line says to use the pure build."""
+
+    @dataclasses.dataclass
+    class KVCacheBlock:
+        block_id: int
+
+    with pytest.raises(VllmPluginError, match="use the pure build") as caught:
+        vllm_plugin.derive_block_class(KVCacheBlock)
+    assert "\n" not in str(caught.value)
+
+
+# ---------------------------------------------------------------------------
+# vLLM's counter writes under check mode.
+
+
+def test_checked_mode_takes_an_outside_count_write_as_vllms_counter() -> None:
+    """Writing num_free_blocks from outside offsets what vLLM reads; the links are still checked."""
+    blocks = [Block() for _ in range(5)]
+    queue = VllmCheckedFreeBlockQueue(blocks)
+    queue.num_free_blocks = 0  # vLLM's offloading test fakes a full pool so
+    assert queue.num_free_blocks == 0
+    assert (len(queue), queue.count_offset) == (5, -5)
+    taken = queue.popleft()
+    queue.append(taken)
+    queue.append_n([])
+    assert queue.num_free_blocks == 0  # moved as vLLM's counter moves
+    queue.full_check()
+    queue.num_free_blocks = 5  # and restores it
+    assert (queue.num_free_blocks, queue.count_offset) == (5, 0)
+    with pytest.raises(TypeError, match="expected an int"):
+        queue.num_free_blocks = -1
+    assert queue.num_free_blocks == 5
+    blocks[2].next_free_block = None  # damage to the links is still damage
+    with pytest.raises(InvariantViolation):
+        queue.popleft_n(3)
+
+
+def test_the_plain_checked_queue_calls_the_same_write_damage() -> None:
+    """The check can fail: CheckedFreeBlockQueue itself reports the counter write as damage."""
+    queue = verified_queue.CheckedFreeBlockQueue([Block() for _ in range(3)])
+    queue.num_free_blocks = 0
+    with pytest.raises(InvariantViolation):
+        queue.popleft()
+
+
+# ---------------------------------------------------------------------------
+# On vLLM's own files, read from its wheels.
+
+
+@pytest.fixture(params=configured_versions())
+def wheel(request: pytest.FixtureRequest) -> Path:
+    """A configured vLLM wheel of each release, or a skip."""
+    try:
+        found = configured_wheel(request.param)
+    except WheelNotFoundError as error:
+        pytest.fail(str(error))
+    if found is None:
+        pytest.skip("no vLLM wheel configured: run `tox -e vllm`")
+    return found
+
+
+@pytest.mark.parametrize("mode", ["production", "checked"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure block", "derived block"])
+def test_the_plugin_runs_vllms_own_pool(wheel: Path, mode: str, compiled: bool) -> None:
+    """vLLM's BlockPool, after install(), builds our queue and frees in vLLM's order."""
+    if verified_queue.COMPILED and not compiled:
+        pytest.skip("the compiled queue takes Block subclasses only")
+    code = load_vllm(wheel)
+    changed = vllm_plugin.install(
+        mode, code.kv_cache_utils, code.block_pool, vllm_version=wheel.name, compiled=compiled
+    )
+    try:
+        assert changed == ["vllm.v1.core.kv_cache_utils", "vllm.v1.core.block_pool"]
+        pool = code.BlockPool(8, False, 16)
+        queue = pool.free_block_queue
+        assert isinstance(queue, FreeBlockQueue)
+        assert isinstance(queue, VllmCheckedFreeBlockQueue) == (mode == "checked")
+        assert isinstance(pool.blocks[0], Block) == compiled
+        reference = pool.blocks[1].pool
+        owner = reference() if isinstance(reference, weakref.ref) else reference
+        assert id(owner) == id(pool)
+        early, late = pool.get_new_blocks(2), pool.get_new_blocks(2)
+        pool.free_blocks(reversed(early))
+        pool.free_blocks(reversed(late))
+        assert [block.block_id for block in queue.get_all_free_blocks()] == [4, 3, 2, 1, 5, 6, 7]
+    finally:
+        vllm_plugin.uninstall()
+    assert type(code.BlockPool(4, False, 16).free_block_queue) is code.FreeKVCacheBlockQueue
