@@ -552,7 +552,10 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
                 lines.extend(self._block_lines(block, kept, name))
         elif isinstance(error, EmptyQueueError) and self._recent:
             lines.append(f"last operation: {Operation._make(self._recent[-1])}")
-        extend_message(error, lines)
+        if not isinstance(error, EmptyQueueError):
+            # An empty queue is no misuse, and its words are vLLM's, which vLLM's callers and
+            # tests match exactly: its history goes in the field only.
+            extend_message(error, lines)
         error.history = History(  # type: ignore[attr-defined]  # the trace level's own field
             call, tuple(histories), count_written, recent, tuple(lines)
         )

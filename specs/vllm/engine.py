@@ -1,4 +1,4 @@
-"""Run vLLM's own tests on the real vLLM three times: as shipped, then with the plugin.
+"""Run vLLM's own tests on the real vLLM four times: as shipped, then with the plugin.
 
 ``python -m specs.vllm.engine CACHE`` (``tox -e vllm-engine``) expects the
 real vLLM wheel installed (``--no-deps``), the CPU build of torch and this
@@ -12,11 +12,11 @@ package; it refuses a CUDA build of torch. It
 3. runs :data:`TEST_FILES` with pytest and :mod:`specs.vllm.engine_pytest`
    (copied into CACHE and put alone on ``PYTHONPATH``, so the installed
    package, not the checkout, is what runs) once per mode: ``shipped``
-   (``VERIFIED_QUEUE_VLLM`` unset), ``production`` and ``checked`` (vLLM loads
-   the plugin through ``vllm.plugins.load_general_plugins()``);
+   (``VERIFIED_QUEUE_VLLM`` unset), ``production``, ``checked`` and ``trace``
+   (vLLM loads the plugin through ``vllm.plugins.load_general_plugins()``);
 4. prints the outcome counts per file and mode and the excluded tests with
    their reasons, and exits non-zero unless every test has the same outcome
-   in all three runs, the same tests are excluded for the same reasons, no test
+   in all four runs, the same tests are excluded for the same reasons, no test
    fails as shipped, and each mode's ``BlockPool`` built the queue it should.
 
 Nothing of vLLM's is copied into the repository: the sdist and its tests stay
@@ -59,6 +59,7 @@ MODES: dict[str, tuple[str | None, str]] = {
     "shipped": (None, "vllm.v1.core.kv_cache_utils.FreeKVCacheBlockQueue"),
     "production": ("production", "verified_queue.queue.FreeBlockQueue"),
     "checked": ("checked", "verified_queue.kvcache.vllm_checked.VllmCheckedFreeBlockQueue"),
+    "trace": ("trace", "verified_queue.kvcache.vllm_traced.VllmTracedFreeBlockQueue"),
 }
 #: facebook/opt-125m's public config.json (the fields vLLM's config code reads, and the rest).
 OPT_125M_CONFIG: dict[str, Any] = {

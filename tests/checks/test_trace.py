@@ -34,6 +34,7 @@ from verified_queue import (
 from verified_queue import traced as traced_module
 from verified_queue._trace_records import Caller, Recorded
 from verified_queue.kvcache.pool import BlockPool, DoubleFreeError
+from verified_queue.queue import EMPTY_QUEUE_MESSAGE
 from verified_queue.traced import (
     DEFAULT_HISTORY,
     History,
@@ -432,14 +433,19 @@ def test_a_caller_walk_that_stops_in_the_library_fails_the_pool_claim(
 
 
 def test_every_error_of_the_trace_level_carries_the_history() -> None:
-    """Misuse that names no block still names this call, and an empty queue its last operation."""
+    """Misuse that names no block names this call; an empty queue its last one, in the field.
+
+    The message of an empty queue stays vLLM's own words, which its callers match.
+    """
     queue = TracedFreeBlockQueue([Block()])
     emptied_at = here() + 1
     queue.popleft()
     with pytest.raises(EmptyQueueError) as caught:
         queue.popleft()
-    assert "last operation: #2 popleft() at " in str(caught.value)
-    assert f":{emptied_at} in test_every_error" in str(caught.value)
+    assert str(caught.value) == EMPTY_QUEUE_MESSAGE
+    lines = history_of(caught.value).lines
+    assert lines[-1].startswith("last operation: #2 popleft() at ")
+    assert f":{emptied_at} in test_every_error" in lines[-1]
     with pytest.raises(WrongTypeError) as wrong:
         queue.popleft_n("2")  # type: ignore[arg-type]  # refused
     assert history_of(wrong.value).call.name == "popleft_n"

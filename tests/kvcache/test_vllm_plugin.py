@@ -31,10 +31,11 @@ from specs.vllm.wheel import (
     configured_wheel,
     load_vllm,
 )
-from verified_queue import Block, InvariantViolation
+from verified_queue import AlreadyInQueueError, Block, InvariantViolation
 from verified_queue.kvcache import vllm_plugin
 from verified_queue.kvcache.vllm_checked import VllmCheckedFreeBlockQueue
 from verified_queue.kvcache.vllm_plugin import VllmPluginError
+from verified_queue.kvcache.vllm_traced import VllmTracedFreeBlockQueue
 from verified_queue.queue import FreeBlockQueue
 
 KV_CACHE_UTILS = '''
@@ -158,10 +159,11 @@ def vllm_queue() -> type:
         (" OFF ", "off"),
         ("production", "production"),
         ("Checked", "checked"),
+        ("TRACE", "trace"),
     ],
 )
-def test_read_mode_accepts_off_production_and_checked(value: str, mode: str) -> None:
-    """Unset, empty and off mean off; production and checked in any case, spaces trimmed."""
+def test_read_mode_accepts_every_mode(value: str, mode: str) -> None:
+    """Unset, empty and off mean off; production, checked, trace in any case, spaces trimmed."""
     assert vllm_plugin.read_mode({vllm_plugin.ENVIRONMENT_VARIABLE: value}) == mode
     assert vllm_plugin.read_mode({}) == "off"
 
@@ -174,7 +176,7 @@ def test_an_unknown_value_is_refused_in_one_line(value: str) -> None:
     message = str(caught.value)
     assert "\n" not in message
     assert repr(value) in message
-    assert "expected off, production or checked" in message
+    assert "expected off, production, checked or trace" in message
 
 
 def test_off_imports_nothing_from_vllm_nor_check_mode() -> None:
@@ -215,7 +217,12 @@ def test_the_package_registers_the_entry_point() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mode", "queue"), [("production", FreeBlockQueue), ("checked", VllmCheckedFreeBlockQueue)]
+    ("mode", "queue"),
+    [
+        ("production", FreeBlockQueue),
+        ("checked", VllmCheckedFreeBlockQueue),
+        ("trace", VllmTracedFreeBlockQueue),
+    ],
 )
 def test_register_rebinds_the_queue_in_every_module_that_bound_it(
     fake_vllm: Path,
@@ -388,10 +395,13 @@ def test_the_compiled_build_refuses_a_block_it_cannot_derive() -> None:
 # vLLM's counter writes under check mode.
 
 
-def test_checked_mode_takes_an_outside_count_write_as_vllms_counter() -> None:
+@pytest.mark.parametrize("cls", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_checked_modes_take_an_outside_count_write_as_vllms_counter(
+    cls: type[VllmCheckedFreeBlockQueue],
+) -> None:
     """Writing num_free_blocks from outside offsets what vLLM reads; the links are still checked."""
     blocks = [Block() for _ in range(5)]
-    queue = VllmCheckedFreeBlockQueue(blocks)
+    queue = cls(blocks)
     queue.num_free_blocks = 0  # vLLM's offloading test fakes a full pool so
     assert queue.num_free_blocks == 0
     assert (len(queue), queue.count_offset) == (5, -5)
@@ -408,6 +418,18 @@ def test_checked_mode_takes_an_outside_count_write_as_vllms_counter() -> None:
     blocks[2].next_free_block = None  # damage to the links is still damage
     with pytest.raises(InvariantViolation):
         queue.popleft_n(3)
+
+
+def test_the_trace_mode_names_who_wrote_vllms_counter() -> None:
+    """In the trace level the outside write is history, and a later error names its line."""
+    blocks = [Block() for _ in range(3)]
+    queue = VllmTracedFreeBlockQueue(blocks)
+    queue.num_free_blocks = 0
+    with pytest.raises(AlreadyInQueueError) as caught:
+        queue.append(blocks[1])
+    assert "freed before by:" in str(caught.value)
+    assert caught.value.history.count_written is not None  # type: ignore[attr-defined]
+    assert caught.value.history.count_written.filename == __file__  # type: ignore[attr-defined]
 
 
 def test_the_plain_checked_queue_calls_the_same_write_damage() -> None:
@@ -434,7 +456,7 @@ def wheel(request: pytest.FixtureRequest) -> Path:
     return found
 
 
-@pytest.mark.parametrize("mode", ["production", "checked"])
+@pytest.mark.parametrize("mode", ["production", "checked", "trace"])
 @pytest.mark.parametrize("compiled", [False, True], ids=["pure block", "derived block"])
 def test_the_plugin_runs_vllms_own_pool(wheel: Path, mode: str, compiled: bool) -> None:
     """vLLM's BlockPool, after install(), builds our queue and frees in vLLM's order."""
@@ -450,6 +472,7 @@ def test_the_plugin_runs_vllms_own_pool(wheel: Path, mode: str, compiled: bool) 
         queue = pool.free_block_queue
         assert isinstance(queue, FreeBlockQueue)
         assert isinstance(queue, VllmCheckedFreeBlockQueue) == (mode == "checked")
+        assert isinstance(queue, VllmTracedFreeBlockQueue) == (mode == "trace")
         assert isinstance(pool.blocks[0], Block) == compiled
         reference = pool.blocks[1].pool
         owner = reference() if isinstance(reference, weakref.ref) else reference

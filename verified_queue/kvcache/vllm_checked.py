@@ -2,7 +2,8 @@
 
 Kept apart from :mod:`verified_queue.kvcache.vllm_plugin` so that the plugin,
 which vLLM imports in every process, loads no checker unless
-``VERIFIED_QUEUE_VLLM=checked`` asks for one.
+``VERIFIED_QUEUE_VLLM=checked`` (or ``trace``) asks for one. The trace level's
+counterpart is :mod:`verified_queue.kvcache.vllm_traced`.
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ _OWN_MODULE_PREFIX: Final = "verified_queue."
 _COUNT: Any = vars(FreeBlockQueue)["num_free_blocks"]
 
 
-#: The compiled build's ``__setattr__`` (see ``verified_queue._slotted``): it only passes an
-#: assignment on, so the code that made it is the frame above it.
-_PASSING_ON: Final = "verified_queue._slotted"
+#: Frames that only pass an assignment on, so the code that made it is the frame above:
+#: the compiled build's ``__setattr__`` (``verified_queue._slotted``, any function) and the
+#: trace level's, which notes a count write first (``verified_queue.traced``, ``__setattr__``).
+_PASSING_ON: Final = {"verified_queue._slotted": None, "verified_queue.traced": "__setattr__"}
 
 
 def _caller_is_own(depth: int) -> bool:
-    """Whether the code ``depth`` frames up, past the compiled setattr, is this package's."""
+    """Whether the code ``depth`` frames up, past the setattr frames, is this package's."""
     frame = sys._getframe(depth)
     name: str = frame.f_globals.get("__name__", "")
-    while name == _PASSING_ON and frame.f_back is not None:
+    while name in _PASSING_ON and frame.f_back is not None:
+        function = _PASSING_ON[name]
+        if function is not None and frame.f_code.co_name != function:
+            break
         frame = frame.f_back
         name = frame.f_globals.get("__name__", "")
     return name.startswith(_OWN_MODULE_PREFIX)

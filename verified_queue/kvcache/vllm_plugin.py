@@ -16,7 +16,10 @@ possibly more than once, and loads every installed general plugin unless
   reloads it);
 * ``checked``: the same with
   :class:`~verified_queue.kvcache.vllm_checked.VllmCheckedFreeBlockQueue`, check
-  mode inside a running vLLM.
+  mode inside a running vLLM;
+* ``trace``: the same with the trace level of check mode
+  (:class:`~verified_queue.kvcache.vllm_traced.VllmTracedFreeBlockQueue`), whose errors also
+  name where each block concerned was last linked and unlinked.
 
 The compiled build links :class:`verified_queue.Block` subclasses only, so
 there ``KVCacheBlock`` is rebound as well, where vLLM constructs blocks
@@ -67,7 +70,13 @@ __all__ = [
 
 ENVIRONMENT_VARIABLE: Final = "VERIFIED_QUEUE_VLLM"
 #: Accepted values (any case, spaces trimmed) and the mode each selects.
-MODES: Final = {"": "off", "off": "off", "production": "production", "checked": "checked"}
+MODES: Final = {
+    "": "off",
+    "off": "off",
+    "production": "production",
+    "checked": "checked",
+    "trace": "trace",
+}
 #: The vLLM modules that define (the first) and use the queue and the block.
 KV_CACHE_UTILS: Final = "vllm.v1.core.kv_cache_utils"
 BLOCK_POOL: Final = "vllm.v1.core.block_pool"
@@ -95,7 +104,7 @@ class VllmPluginError(RuntimeError):
 
 
 def read_mode(environ: Mapping[str, str] = os.environ) -> str:
-    """Return ``"off"``, ``"production"`` or ``"checked"`` for ``VERIFIED_QUEUE_VLLM``.
+    """Return ``"off"``, ``"production"``, ``"checked"`` or ``"trace"`` for ``VERIFIED_QUEUE_VLLM``.
 
     Raises :class:`VllmPluginError` for any other value.
 
@@ -106,7 +115,7 @@ def read_mode(environ: Mapping[str, str] = os.environ) -> str:
     mode = MODES.get(value.strip().lower())
     if mode is None:
         raise VllmPluginError(
-            f"{ENVIRONMENT_VARIABLE}={value!r}: expected off, production or checked; "
+            f"{ENVIRONMENT_VARIABLE}={value!r}: expected off, production, checked or trace; "
             "vLLM left unchanged"
         )
     return mode
@@ -345,7 +354,7 @@ _installation: _Installation | None = None
 
 
 def installed_mode() -> str:
-    """The mode installed in this process: ``"off"``, ``"production"`` or ``"checked"``."""
+    """The mode installed in this process: ``"off"`` or the mode :func:`install` was given."""
     return "off" if _installation is None else _installation.mode
 
 
@@ -362,15 +371,17 @@ def install(
 
     ``kv_cache_utils`` and ``block_pool`` are vLLM's modules (loaded or not
     through ``sys.modules``; every loaded ``vllm.*`` module is rebound too).
-    ``mode`` is ``"production"`` or ``"checked"``; ``compiled`` defaults to
+    ``mode`` is ``"production"``, ``"checked"`` or ``"trace"``; ``compiled`` defaults to
     the build in use. Idempotent: a second call with the mode in force only
     rebinds modules loaded since, and logs nothing; another mode is refused.
     Raises :class:`VllmPluginError`, having changed nothing, for a vLLM whose
     shapes it does not recognise.
     """
     global _installation  # noqa: PLW0603 -- one installation per process
-    if mode not in ("production", "checked"):
-        raise VllmPluginError(f"{ENVIRONMENT_VARIABLE}={mode!r}: expected production or checked")
+    if mode not in ("production", "checked", "trace"):
+        raise VllmPluginError(
+            f"{ENVIRONMENT_VARIABLE}={mode!r}: expected production, checked or trace"
+        )
     if _installation is not None:
         if _installation.mode != mode:
             raise VllmPluginError(
@@ -403,6 +414,12 @@ def install(
         )
 
         queue = VllmCheckedFreeBlockQueue
+    elif mode == "trace":
+        from verified_queue.kvcache.vllm_traced import (  # noqa: PLC0415 -- only when asked
+            VllmTracedFreeBlockQueue,
+        )
+
+        queue = VllmTracedFreeBlockQueue
     else:
         queue = FreeBlockQueue
     installation = _Installation(mode, queue, block)
