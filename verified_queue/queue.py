@@ -52,7 +52,7 @@ lists they return (and a batch's copy when it is not a list).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Generic, SupportsIndex, TypeVar, cast
+from typing import Final, Generic, SupportsIndex, TypeVar
 
 from verified_queue._compat import mypyc_attr
 from verified_queue._messages import (
@@ -352,7 +352,13 @@ class FreeBlockQueue(Generic[B]):
         except BaseException as error:
             # A signal between two blocks, or a None link inside the counted run (I1 broken
             # by outside code): put every block taken so far back where it was.
-            _relink_taken(head, popped, following)
+            try:
+                arrived = _relink_taken(head, popped, following)
+            except BaseException as again:
+                # It arrived as the undo began, before its own retry loop: begin again.
+                arrived = _relink_taken(head, popped, following) or again
+            if arrived is not None:
+                raise arrived  # noqa: B904 -- it carries the first error as its __context__
             if isinstance(error, (AttributeError, TypeError)):
                 raise lost_inner_link("popleft_n", "head") from None
             raise
@@ -469,7 +475,19 @@ class FreeBlockQueue(Generic[B]):
                 last.next_free_block = node
                 last = node
         except BaseException as error:
-            raise _undo_batch("append_n", batch, before, last, tail, error=error) from None
+            # Each step of the undo starts inside a try of this frame, so that an exception
+            # arriving as one starts is caught too (see _finish_unlink).
+            try:
+                _unlink_run(before, last, tail)
+            except BaseException as again:
+                try:
+                    arrived = _finish_unlink(batch, before, tail, again)
+                except BaseException as later:  # as it began: it is restartable
+                    arrived = _finish_unlink(batch, before, tail, later)
+                raise arrived from None
+            if isinstance(error, (AttributeError, TypeError)):
+                raise not_a_block("append_n", first_unlinkable(batch)) from None
+            raise
         # Close the chain on the tail: until here its back link kept the old chain intact.
         last.next_free_block = tail
         tail.prev_free_block = last
@@ -509,7 +527,19 @@ class FreeBlockQueue(Generic[B]):
                 last.next_free_block = node
                 last = node
         except BaseException as error:
-            raise _undo_batch("prepend_n", batch, head, last, after, error=error) from None
+            # Each step of the undo starts inside a try of this frame, so that an exception
+            # arriving as one starts is caught too (see _finish_unlink).
+            try:
+                _unlink_run(head, last, after)
+            except BaseException as again:
+                try:
+                    arrived = _finish_unlink(batch, head, after, again)
+                except BaseException as later:  # as it began: it is restartable
+                    arrived = _finish_unlink(batch, head, after, later)
+                raise arrived from None
+            if isinstance(error, (AttributeError, TypeError)):
+                raise not_a_block("prepend_n", first_unlinkable(batch)) from None
+            raise
         # Close the chain on the old front: until here its back link named the head.
         last.next_free_block = after
         after.prev_free_block = last
@@ -533,6 +563,16 @@ class FreeBlockQueue(Generic[B]):
         return found
 
 
+# The undos below run when an exception cut a batch short, and another one may arrive
+# while they run (Ctrl-C pressed twice, a repeating timer whose handler raises). Each is
+# therefore restartable: every write is idempotent and is made only if the link does not
+# hold its value yet, so a pass cut short after any write leaves a state the next pass
+# starts from, and progress kept in locals carries over. The retry loops are nested
+# because the interpreter may run a signal handler at a loop's back edge, outside its
+# try. What arrived last is raised in the end (with the earlier errors as its
+# __context__): the undo completes, and the interrupt is not swallowed.
+
+
 def _undo_batch(
     operation: str,
     batch: list[B],
@@ -542,57 +582,150 @@ def _undo_batch(
     *,
     error: BaseException,
 ) -> BaseException:
-    """Undo a half-linked batch and return the error to raise in its place.
+    """Undo a half-linked batch, whatever arrives meanwhile, and return the error to raise.
 
-    ``after``'s back link was not written yet, so detaching the run from
-    ``before.next`` to ``last`` restores the old chain exactly.
+    The same steps as the handlers of ``append_n`` and ``prepend_n``, as one
+    call for copies of those methods (the planted bugs of ``specs/``). The
+    methods write the steps out themselves, so that an exception arriving just
+    as the undo starts, before this call's first ``try``, is caught as well.
     """
-    _unlink_run(before, last, after)
+    try:
+        _unlink_run(before, last, after)
+    except BaseException as again:
+        try:
+            return _finish_unlink(batch, before, after, again)
+        except BaseException as later:
+            return _finish_unlink(batch, before, after, later)
     if isinstance(error, (AttributeError, TypeError)):
         return not_a_block(operation, first_unlinkable(batch))
     return error
 
 
+def _finish_unlink(
+    batch: list[B], before: Block, after: Block, arrived: BaseException
+) -> BaseException:
+    """Finish an undo that ``arrived`` cut short, retrying until done; return what arrived last.
+
+    Restartable: a call cut short at its very start, before its retry loops,
+    can be followed by another from the state it left.
+
+    The blocks the batch linked and ``_unlink_run`` has not finished are a
+    prefix of the batch that still chains by back links: ``batch[0]`` names
+    ``before`` and each later block its predecessor in the batch (no block
+    outside the batch names them: they were detached), so the first block
+    that does not, or ``after``, ends it. Detaching that prefix and pointing
+    ``before`` at ``after`` again restores the old state from any point of the
+    walk (and of the batch loop).
+    """
+    linked = 0
+    counted = False
+    while True:
+        try:
+            while True:
+                try:
+                    while not counted and linked < len(batch):
+                        candidate: object = batch[linked]
+                        expected: object = before if linked == 0 else batch[linked - 1]
+                        if candidate is after:
+                            break
+                        if getattr(candidate, "prev_free_block", None) is not expected:
+                            break
+                        linked += 1
+                    counted = True
+                    # Back to front, as _unlink_run walks, so that a call cut short leaves
+                    # a shorter prefix, still chained, for the next call to find.
+                    while linked > 0:
+                        node: Block = batch[linked - 1]  # type: ignore[assignment]  # linked: a Block
+                        # I4: every block of the failed batch leaves detached again.
+                        if node.next_free_block is not None:
+                            node.next_free_block = None
+                        if node.prev_free_block is not None:
+                            node.prev_free_block = None
+                        linked -= 1
+                    # I1: the ends are adjacent again (``after``'s back link never changed).
+                    if before.next_free_block is not after:
+                        before.next_free_block = after
+                    break
+                except BaseException as later:
+                    arrived = later
+            break
+        except BaseException as later:
+            arrived = later
+    return arrived
+
+
 def _unlink_run(before_run: Block, last: Block, after_run: Block) -> None:
     """Undo a half-linked batch: detach ``before_run.next .. last`` and rejoin the ends.
 
-    Walks back from ``last`` over the blocks this batch linked, so it ends.
+    Walks back from ``last`` over the blocks this batch linked, so it ends. Each
+    block's forward link is cleared before its back link, so a walk cut short
+    leaves every block it has not finished chained by its back link, which is
+    how ``_undo_batch`` finds them to finish the work.
     """
     block = last
     while block is not before_run:
         previous = block.prev_free_block
         # I4: every block of the failed batch leaves detached again.
-        block.prev_free_block = block.next_free_block = None
+        block.next_free_block = block.prev_free_block = None
         block = previous  # type: ignore[assignment]  # set by the batch loop
     # I1: the two ends are adjacent again.
     before_run.next_free_block = after_run
     after_run.prev_free_block = before_run
 
 
-def _relink_taken(head: Block, popped: list[B], following: Block | None) -> None:
-    """Undo an interrupted ``popleft_n``: link its blocks back between ``head`` and the rest.
+def _relink_taken(head: Block, popped: list[B], following: Block | None) -> BaseException | None:
+    """Undo an interrupted ``popleft_n``, whatever arrives meanwhile; return what arrived.
 
-    The head's link and the first kept block's back link are written only
-    after the loop, so they still hold. The last block taken still names its
+    Links the blocks taken so far back between ``head`` and the rest. The
+    head's link and the first kept block's back link are written only after
+    the loop, so they still hold. The last block taken still names its
     successor unless the loop already cleared it, and then ``following``, read
-    just before, does.
+    just before, does. Returns the last exception that arrived while it ran,
+    or ``None``.
     """
-    # Slots the loop did not reach still hold the None they were created with.
-    slots = cast("list[Block | None]", popped)
-    taken = [block for block in slots if block is not None]
-    if not taken:
-        return
-    successor = taken[-1].next_free_block
-    if successor is None:
-        successor = following
-    previous = head
-    for block in taken:
-        block.prev_free_block = previous
-        previous.next_free_block = block
-        previous = block
-    previous.next_free_block = successor
-    if successor is not None:
-        successor.prev_free_block = previous
+    # Slots the loop did not reach still hold the None they were created with. (No call
+    # before the retry loops: a handler may run at any call.)
+    slots: list[Block | None] = popped  # type: ignore[assignment]
+    arrived: BaseException | None = None
+    taken = 0
+    counted = False
+    successor: Block | None = None
+    found = False
+    relinked = 0
+    while True:
+        try:
+            while True:
+                try:
+                    while not counted and taken < len(slots) and slots[taken] is not None:
+                        taken += 1
+                    counted = True
+                    if taken == 0:
+                        break
+                    last: Block = slots[taken - 1]  # type: ignore[assignment]  # taken
+                    if not found:
+                        successor = last.next_free_block
+                        if successor is None:
+                            successor = following
+                        found = True
+                    while relinked < taken:
+                        block: Block = slots[relinked]  # type: ignore[assignment]  # taken
+                        previous: Block = head if relinked == 0 else slots[relinked - 1]  # type: ignore[assignment]  # taken
+                        if block.prev_free_block is not previous:
+                            block.prev_free_block = previous
+                        if previous.next_free_block is not block:
+                            previous.next_free_block = block
+                        relinked += 1
+                    if last.next_free_block is not successor:
+                        last.next_free_block = successor
+                    if successor is not None and successor.prev_free_block is not last:
+                        successor.prev_free_block = last
+                    break
+                except BaseException as later:
+                    arrived = later
+            break
+        except BaseException as later:
+            arrived = later
+    return arrived
 
 
 if _COMPILED:
