@@ -16,6 +16,7 @@ from verified_queue import block as _block_module
 from verified_queue.block import LINK_FIELDS, Block, Sentinel
 from verified_queue.errors import (
     AlreadyInQueueError,
+    EmptyQueueError,
     InvariantViolation,
     NotInQueueError,
     WrongTypeError,
@@ -31,6 +32,7 @@ __all__ = [
     "lost_inner_link",
     "not_a_block",
     "not_linked",
+    "too_few_blocks",
 ]
 
 #: Whether the queue runs compiled: ``block.py`` is compiled with ``queue.py`` or not at all.
@@ -129,3 +131,8 @@ def lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
         invariant="sentinel_linkage",
         clause="I1",
     )
+
+
+def too_few_blocks(count: int, available: int) -> EmptyQueueError:
+    """Build the error for ``popleft_n(count)`` from a queue with fewer free blocks."""
+    return EmptyQueueError(f"popleft_n({count}) from a FreeBlockQueue with {available} free blocks")

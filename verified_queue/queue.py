@@ -63,6 +63,7 @@ from verified_queue._messages import (
     lost_inner_link,
     not_a_block,
     not_linked,
+    too_few_blocks,
 )
 from verified_queue.block import Block, Linkable, Sentinel
 from verified_queue.errors import (
@@ -330,9 +331,7 @@ class FreeBlockQueue(Generic[B]):
         """
         count: int = n if type(n) is int else count_argument("popleft_n", n)
         if count > self.num_free_blocks:
-            raise EmptyQueueError(
-                f"popleft_n({count}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
-            )
+            raise too_few_blocks(count, self.num_free_blocks)
         if count < 0:
             raise NegativeCountError(f"popleft_n({count}): the count must not be negative")
         head = self.fake_free_list_head
@@ -340,6 +339,10 @@ class FreeBlockQueue(Generic[B]):
         # are rewired only after it. Filled by index, which is cheaper per block than
         # list.append in CPython.
         popped: list[B] = [None] * count  # type: ignore[list-item]  # every slot is filled below
+        # The allocation may set off a garbage collection, whose finalizers may take
+        # blocks from this queue: count again, now that nothing more is allocated.
+        if count > self.num_free_blocks:
+            raise too_few_blocks(count, self.num_free_blocks)
         following: Block | None = None
         try:
             block: Block = head.next_free_block  # type: ignore[assignment]  # I1
