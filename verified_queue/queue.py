@@ -57,9 +57,11 @@ from typing import Final, Generic, SupportsIndex, TypeVar
 from verified_queue._compat import mypyc_attr
 from verified_queue._messages import (
     already_linked,
+    batch_argument,
     changed_during_iteration,
     count_argument,
     first_unlinkable,
+    has_unlinkable,
     lost_inner_link,
     not_a_block,
     not_linked,
@@ -69,6 +71,7 @@ from verified_queue.block import Block, Linkable, Sentinel
 from verified_queue.errors import (
     EmptyQueueError,
     NegativeCountError,
+    QueueError,
 )
 
 __all__ = ["EMPTY_QUEUE_MESSAGE", "FreeBlockQueue"]
@@ -190,7 +193,7 @@ class FreeBlockQueue(Generic[B]):
             node: Block = cursor  # type: ignore[assignment]  # compiled: a Block, checked here
             following = node.next_free_block
             linked = following is not None and node.prev_free_block is not None
-        except (AttributeError, TypeError):
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
             raise not_a_block("iter_blocks_after", cursor) from None
         if not linked:
             if node is self.fake_free_list_head:
@@ -391,7 +394,7 @@ class FreeBlockQueue(Generic[B]):
             node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
             before = node.prev_free_block
             after = node.next_free_block
-        except (AttributeError, TypeError):
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
             raise not_a_block("remove", block) from None
         if before is None or after is None:
             # I4: a detached block has neither link, a sentinel only one.
@@ -426,7 +429,9 @@ class FreeBlockQueue(Generic[B]):
             last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
             # Link the block between the old last block and the tail.
             last.next_free_block = node
-        except (AttributeError, TypeError):
+        except QueueError:
+            raise
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
             # Nothing was written: the first write is the one that failed, if any did.
             if tail.prev_free_block is None:
                 raise lost_inner_link("append", "tail") from None
@@ -457,7 +462,7 @@ class FreeBlockQueue(Generic[B]):
         # iterator up front means it cannot fail half-way through, and an exact
         # type test is cheaper than isinstance (compiled, a list is indexed
         # directly instead of iterated through the generic protocol).
-        batch: list[B] = blocks if type(blocks) is list else list(blocks)
+        batch: list[B] = blocks if type(blocks) is list else batch_argument("append_n", blocks)  # type: ignore[assignment]  # checked as it is linked
         tail = self.fake_free_list_tail
         before = tail.prev_free_block
         if before is None:
@@ -473,7 +478,7 @@ class FreeBlockQueue(Generic[B]):
             for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                 if node.next_free_block is not None or node.prev_free_block is not None:
                     # I4: only a detached block may join.
-                    raise already_linked("append_n", node)
+                    raise already_linked("append_n", node, last, before)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
@@ -488,7 +493,7 @@ class FreeBlockQueue(Generic[B]):
                 except BaseException as later:  # as it began: it is restartable
                     arrived = _finish_unlink(batch, before, tail, later)
                 raise arrived from None
-            if isinstance(error, (AttributeError, TypeError)):
+            if _not_a_block_error(error, batch):
                 raise not_a_block("append_n", first_unlinkable(batch)) from None
             raise
         # Close the chain on the tail: until here its back link kept the old chain intact.
@@ -513,7 +518,7 @@ class FreeBlockQueue(Generic[B]):
         >>> queue.get_all_free_blocks() == blocks
         True
         """
-        batch: list[B] = blocks if type(blocks) is list else list(blocks)
+        batch: list[B] = blocks if type(blocks) is list else batch_argument("prepend_n", blocks)  # type: ignore[assignment]  # checked as it is linked
         head = self.fake_free_list_head
         after = head.next_free_block
         if after is None:
@@ -525,7 +530,7 @@ class FreeBlockQueue(Generic[B]):
             for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                 if node.next_free_block is not None or node.prev_free_block is not None:
                     # I4: only a detached block may join.
-                    raise already_linked("prepend_n", node)
+                    raise already_linked("prepend_n", node, last, head)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
@@ -540,7 +545,7 @@ class FreeBlockQueue(Generic[B]):
                 except BaseException as later:  # as it began: it is restartable
                     arrived = _finish_unlink(batch, head, after, later)
                 raise arrived from None
-            if isinstance(error, (AttributeError, TypeError)):
+            if _not_a_block_error(error, batch):
                 raise not_a_block("prepend_n", first_unlinkable(batch)) from None
             raise
         # Close the chain on the old front: until here its back link named the head.
@@ -576,6 +581,18 @@ class FreeBlockQueue(Generic[B]):
 # __context__): the undo completes, and the interrupt is not swallowed.
 
 
+def _not_a_block_error(error: BaseException, batch: list[B]) -> bool:
+    """Whether ``error``, which cut a batch short, means an item is not a block we can link.
+
+    An ``AttributeError`` or ``TypeError`` from a link read or write does; so does any
+    other error of a batch holding an item this build cannot link (a proxy whose
+    attribute lookup raises ``KeyError``, say). An interrupt does not, nor a refusal.
+    """
+    if isinstance(error, (AttributeError, TypeError)):
+        return True
+    return not isinstance(error, QueueError) and has_unlinkable(batch)
+
+
 def _undo_batch(
     operation: str,
     batch: list[B],
@@ -599,7 +616,7 @@ def _undo_batch(
             return _finish_unlink(batch, before, after, again)
         except BaseException as later:
             return _finish_unlink(batch, before, after, later)
-    if isinstance(error, (AttributeError, TypeError)):
+    if _not_a_block_error(error, batch):
         return not_a_block(operation, first_unlinkable(batch))
     return error
 
