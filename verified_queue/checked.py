@@ -174,12 +174,14 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
     def __reduce__(
         self,
-    ) -> tuple[Callable[..., CheckedFreeBlockQueue[B]], tuple[object, ...]]:
+    ) -> tuple[Callable[..., CheckedFreeBlockQueue[B]], tuple[object, ...], list[B]]:
         """Pickle and deep-copy with ``full_check_every``; the copy's membership is its own blocks.
+
+        Built empty, then given the blocks, as ``FreeBlockQueue.__reduce__`` explains.
 
         Runtime complexity: O(n) (it lists the blocks through the full check)
         """
-        return _rebuild, (type(self), self.get_all_free_blocks(), self.full_check_every)
+        return _rebuild, (type(self), [], self.full_check_every), self.get_all_free_blocks()
 
     # ----------------------------------------------------------- full check
 

@@ -243,13 +243,18 @@ class FreeBlockQueue(Generic[B]):
             node = node.next_free_block  # type: ignore[assignment]  # I1: set on every linked block
         return False
 
-    def __reduce__(self) -> tuple[Callable[..., FreeBlockQueue[B]], tuple[object, ...]]:
-        """Pickle and deep-copy as the class and the free blocks, front first, without recursion.
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[..., FreeBlockQueue[B]], tuple[object, ...], list[B]]:
+        """Pickle and deep-copy as the class, then the free blocks, front first, without recursion.
 
         Blocks are saved without their links (``Block.__getstate__``), so the
-        chain is never followed recursively, and loading builds a new queue
-        from the copies, with sentinels of its own. A subclass with state of
-        its own overrides this (``CheckedFreeBlockQueue`` does).
+        chain is never followed recursively. The queue is rebuilt empty first
+        and the blocks are linked into it afterwards (:meth:`__setstate__`):
+        pickle and deepcopy record the new queue before they copy the blocks,
+        so a block that refers back to the queue, itself or through an owner
+        such as a block pool, gets the new queue, not a second copy. A subclass
+        with state of its own overrides this (``CheckedFreeBlockQueue`` does).
 
         Runtime complexity: O(n)
 
@@ -259,7 +264,14 @@ class FreeBlockQueue(Generic[B]):
         >>> len(twin), twin.popleft() is queue.get_all_free_blocks()[0]
         (2, False)
         """
-        return type(self), (self.get_all_free_blocks(),)
+        return type(self), (), self.get_all_free_blocks()
+
+    def __setstate__(self, blocks: list[B]) -> None:
+        """Link the blocks a pickle or a deep copy saved into this queue, which was built empty.
+
+        Runtime complexity: O(n)
+        """
+        self.append_n(blocks)
 
     def __copy__(self) -> FreeBlockQueue[B]:
         """Refuse: a shallow copy would share the blocks, which can be linked in one queue only.

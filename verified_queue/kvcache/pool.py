@@ -57,6 +57,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import verified_queue
 from verified_queue.block import Block
@@ -124,6 +125,26 @@ class KVCacheBlock(Block):
     block_hash: BlockHash | None = field(default=None, init=False)
     #: Set on the pool's null block only (P1).
     is_null: bool = field(default=False, kw_only=True)
+
+    def __getstate__(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Save the block as :class:`Block` does, with its pool itself in place of the reference.
+
+        A weak reference can be neither pickled nor copied; the pool it names can, and
+        copy and pickle then give the copy a reference to the pool's copy.
+        """
+        # Block's own, named: super() fails in a class that dataclass(slots=True) rebuilt.
+        attributes, slots = Block.__getstate__(self)
+        reference = slots.get("pool")
+        if isinstance(reference, weakref.ref):
+            slots["pool"] = reference()
+        return attributes, slots
+
+    def __setstate__(self, state: tuple[dict[str, Any] | None, dict[str, Any]]) -> None:
+        """Restore what :meth:`__getstate__` saved, referring to the pool weakly again."""
+        Block.__setstate__(self, state)
+        owner: object = self.pool
+        if owner is not None and not isinstance(owner, weakref.ref):
+            self.pool = weakref.ref(owner)  # type: ignore[arg-type]  # the pool saved above
 
     def set_block_hash(self, block_hash: BlockHash) -> None:
         """Record ``block_hash`` as the block's key; raise :class:`BlockPoolError` if it has one.
@@ -264,6 +285,20 @@ class BlockPool:
     num_freed_lifo: int
     num_evicted: int
     num_touched: int
+
+    def __getstate__(self) -> dict[str, object]:
+        """Save the pool's fields but its weak reference to itself, which cannot be copied."""
+        return {
+            name: getattr(self, name)
+            for name in BlockPool.__slots__
+            if name not in ("__weakref__", "_weak_self") and hasattr(self, name)
+        }
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restore the saved fields and make the copy's weak reference to itself."""
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._weak_self = weakref.ref(self)
 
     def __init__(
         self,
