@@ -204,13 +204,6 @@ class _RaisingLinks:
         raise TypeError("no links here")
 
 
-class _IndexRaisesAttributeError:
-    """A count whose ``__index__`` fails with AttributeError, as a broken wrapper's might."""
-
-    def __index__(self) -> int:
-        raise AttributeError("no index here")
-
-
 #: Calls given a block whose link lookups raise: no block, in either mode.
 _RAISING_LINKS: dict[str, Callable[[CheckedFreeBlockQueue[Any]], object]] = {
     "remove": lambda q: q.remove(_RaisingLinks()),
@@ -228,34 +221,6 @@ def test_a_block_whose_links_raise_is_a_wrong_type_as_in_production(where: str) 
     error = error_of(lambda: _RAISING_LINKS[where](queue))
     assert isinstance(error, WrongTypeError)
     assert str(error).startswith(f"{where}(")
-    assert same(queue.get_all_free_blocks(), blocks)
-
-
-#: Calls whose argument raises a raw error that no damage of the queue explains.
-_RAW_ERRORS: dict[str, tuple[Callable[[CheckedFreeBlockQueue[Any]], object], str]] = {
-    "popleft_n()": (
-        lambda q: q.popleft_n(_IndexRaisesAttributeError()),
-        "AttributeError: no index here",
-    ),
-}
-
-
-@pytest.mark.parametrize("where", _RAW_ERRORS)
-def test_unexplained_raw_error_is_named(where: str) -> None:
-    """A raw error from an argument becomes a violation naming the error and the operation."""
-    queue, blocks = checked(2)
-    call, found = _RAW_ERRORS[where]
-    error = error_of(lambda: call(queue))
-    assert isinstance(error, InvariantViolation)
-    assert parts(error) == (
-        (
-            "I1",
-            f"{where}",
-            "the links and the count the operation read",
-            "blocks, sentinels and an int",
-            f"{found}",
-        )
-    )
     assert same(queue.get_all_free_blocks(), blocks)
 
 
