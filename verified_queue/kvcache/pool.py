@@ -429,14 +429,49 @@ class BlockPool:
         free = len(self.free_block_queue)
         if num_blocks > free:
             raise EmptyQueueError(f"cannot get {num_blocks} blocks from a pool with {free} free")
-        blocks = self.free_block_queue.popleft_n(num_blocks)
-        for block in blocks:
-            block_hash = block.block_hash
-            if block_hash is not None:
-                self._evict_cached_hash(block, block_hash)
-            block.ref_cnt = 1  # P2: it was 0 while the block was free
+        blocks: list[KVCacheBlock] = []
+        try:
+            blocks = self.free_block_queue.popleft_n(num_blocks)
+            for block in blocks:
+                block_hash = block.block_hash
+                if block_hash is not None:
+                    self._evict_cached_hash(block, block_hash)
+                block.ref_cnt = 1  # P2: it was 0 while the block was free
+        except BaseException:
+            # Cut short (an interrupt): the caller never gets the blocks, so they go back
+            # to the front, in order, free (P2). A hash already dropped stays dropped, as
+            # lazy eviction may drop any free block's.
+            if not blocks and len(self.free_block_queue) < free:
+                # Taken, but interrupted as the call returned, before its list was stored:
+                # they are the pool's detached blocks that are free by their count (P2).
+                blocks = [
+                    block
+                    for block in self.blocks
+                    if block.ref_cnt == 0 and not block.is_null and block.prev_free_block is None
+                ]
+            for block in blocks:
+                block.ref_cnt = 0
+                self._finish_eviction(block)
+            self.free_block_queue.prepend_n(blocks)
+            raise
         self.num_allocated += num_blocks
         return blocks
+
+    def _finish_eviction(self, block: KVCacheBlock) -> None:
+        """Complete an eviction of ``block`` an interrupt cut short, if one was under way (P3).
+
+        Its hash is dropped if the cache no longer holds it under that hash, and an
+        entry left empty is removed; a block still cached is left as it is.
+        """
+        block_hash = block.block_hash
+        if block_hash is None:
+            return
+        cached = self.cached_block_hash_to_block.get(block_hash)
+        if cached is not None and cached.get(block.block_id) is block:
+            return
+        if cached is not None and not cached:
+            del self.cached_block_hash_to_block[block_hash]
+        block.reset_hash()
 
     def _evict_cached_hash(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Drop ``block``'s hash, ``block_hash``, from the cache and from the block (P3)."""
