@@ -290,8 +290,10 @@ class ListModel(Generic[B]):
         batch = list(blocks)
         seen: set[int] = set()
         for block in batch:
-            if isinstance(block, Sentinel) or self.membership.is_linked(block) or id(block) in seen:
+            if isinstance(block, Sentinel) or self.membership.is_linked(block):
                 raise _refused(operation, block)
+            if id(block) in seen:
+                raise AlreadyInQueueError(f"{operation}({block!r}): it is repeated in the batch")
             seen.add(id(block))
         return batch
 

@@ -26,6 +26,8 @@ class, which holds no check and stays a plain (or mypyc-compiled) class.
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verified_queue import _switch
@@ -45,6 +47,35 @@ __version__ = "0.1.0"
 
 #: True when the hot module ``verified_queue.queue`` was loaded as a mypyc-compiled extension.
 COMPILED: bool = not (_queue_module.__file__ or "").endswith(".py")
+
+
+def _left_in_a_checkout(extension: str) -> str | None:
+    """A warning if the compiled ``extension`` sits in a source checkout, else ``None``.
+
+    A compiled build run in a checkout without ``HATCH_BUILD_CLEAN_HOOKS_AFTER=1``
+    leaves its extension modules beside the sources (``.gitignore`` hides them), and
+    from then on they shadow the sources: ``COMPILED`` is true even for a pure install
+    run from the checkout, and edits to ``queue.py`` silently do nothing. An installed
+    wheel's package has no ``pyproject.toml`` beside it; a checkout's has.
+    """
+    package = Path(extension).parent
+    if not (package.parent / "pyproject.toml").is_file():
+        return None
+    left = sorted(path.name for path in package.glob("*.so")) + sorted(
+        path.name for path in package.glob("*.pyd")
+    )
+    return (
+        f"verified_queue is running compiled extension modules left in the checkout "
+        f"{package.parent} by a compiled build ({', '.join(left)}): they shadow queue.py and "
+        "block.py, so edits to those do nothing; delete them (git clean -fX verified_queue), "
+        "and build with HATCH_BUILD_CLEAN_HOOKS_AFTER=1 as well as HATCH_BUILD_HOOK_ENABLE_MYPYC=1"
+    )
+
+
+if COMPILED:
+    _leftover = _left_in_a_checkout(_queue_module.__file__ or "")
+    if _leftover is not None:
+        warnings.warn(_leftover, RuntimeWarning, stacklevel=2)
 
 #: The check mode in force, read from ``VERIFIED_QUEUE_CHECKS`` at import: ``"off"``,
 #: ``"on"``, ``"full"`` (a full O(n) check before every operation) or ``"trace"`` (``on``,

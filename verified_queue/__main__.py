@@ -8,31 +8,44 @@ command: it lives in the repository's ``bench/``, which the wheel does not ship
 (``tox -e bench``).
 
 Exit status: 0 when everything passed, 1 when a check found a fault,
-:data:`USAGE_ERROR` (2) for bad arguments (one line on stderr, no traceback), and
+:data:`USAGE_ERROR` (2) for bad arguments (one line on stderr, no traceback),
 :data:`OUT_OF_MEMORY` (3) when the machine could not hold what the arguments
-asked for.
+asked for, :data:`INTERRUPTED` (130) when Ctrl-C stopped it (the demo prints its
+report of the run so far first), and :data:`BROKEN_PIPE` (141) when the reader of
+its output went away (``... | head -1``): the statuses a shell reports for a
+command that SIGINT or SIGPIPE ended.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 import verified_queue
-from verified_queue.cli import selfcheck
+from verified_queue.cli import PROG, USAGE_ERROR, selfcheck, usage_error
 
-__all__ = ["COMMANDS", "OUT_OF_MEMORY", "USAGE_ERROR", "build_parser", "main", "version_text"]
+__all__ = [
+    "BROKEN_PIPE",
+    "COMMANDS",
+    "INTERRUPTED",
+    "OUT_OF_MEMORY",
+    "USAGE_ERROR",
+    "build_parser",
+    "main",
+    "version_text",
+]
 
-PROG = "python -m verified_queue"
-
-#: Exit status for arguments the command refuses.
-USAGE_ERROR = 2
 #: Exit status when the run ran out of memory: too big for this machine, not a fault found.
 OUT_OF_MEMORY = 3
+#: Exit status when Ctrl-C stopped the run (128 + SIGINT).
+INTERRUPTED = 130
+#: Exit status when the output's reader closed it, as ``head`` does (128 + SIGPIPE).
+BROKEN_PIPE = 141
 
 #: command -> (module that implements it, one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -50,7 +63,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse prints the whole usage first; one line is easier to read in a log,
         # and --help is still there for the usage.
-        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(usage_error(self.prog, message))
 
 
 def version_text() -> str:
@@ -96,6 +109,25 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _refuse_options_before_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Refuse options given before a command's name: the command would silently drop them.
+
+    The options of the program itself are the self-check's, for a run with no command;
+    a command's parser then sets its own defaults over them (``--seed 5 demo`` would run
+    the demo with seed 0).
+    """
+    named = next((index for index, word in enumerate(argv) if word in COMMANDS), None)
+    if named is None:
+        return
+    early = [word for word in argv[:named] if word.startswith("-")]
+    if early and not {"-h", "--help", "--version"} & set(early):
+        command = argv[named]
+        parser.error(
+            f"{' '.join(early)} before {command!r}: give the options of a command after its "
+            f"name ({PROG} {command} {' '.join(argv[:named])} ...)"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command named in ``argv`` and return the process exit status.
 
@@ -103,14 +135,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(arguments)
+    _refuse_options_before_command(parser, arguments)
     args = parser.parse_args(arguments)
-    build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
-    print(f"verified_queue {verified_queue.__version__} ({build})", flush=True)
     out_of_memory = False
     try:
+        build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
+        print(f"verified_queue {verified_queue.__version__} ({build})", flush=True)
         status: int = args.handler(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
     except MemoryError:
         out_of_memory = True
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        # The reader left: write the rest of the output nowhere (also what the
+        # interpreter flushes at exit), and report it as a shell would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     if out_of_memory:
         # Reported here, once the handler's frames (and all they allocated) are freed.
         command = f"{PROG} {args.command}" if args.command else PROG

@@ -16,6 +16,7 @@ from verified_queue import block as _block_module
 from verified_queue.block import LINK_FIELDS, Block, Sentinel
 from verified_queue.errors import (
     AlreadyInQueueError,
+    EmptyQueueError,
     InvariantViolation,
     NotInQueueError,
     WrongTypeError,
@@ -23,14 +24,17 @@ from verified_queue.errors import (
 
 __all__ = [
     "already_linked",
+    "batch_argument",
     "can_link",
     "changed_during_iteration",
     "count_argument",
     "describe",
     "first_unlinkable",
+    "has_unlinkable",
     "lost_inner_link",
     "not_a_block",
     "not_linked",
+    "too_few_blocks",
 ]
 
 #: Whether the queue runs compiled: ``block.py`` is compiled with ``queue.py`` or not at all.
@@ -51,18 +55,45 @@ def describe(block: object) -> str:
         return f"<{type(block).__qualname__} object at {id(block):#x}>"
 
 
-def already_linked(operation: str, block: object) -> AlreadyInQueueError:
-    """Build the error for a block that may not join a queue (kept off the hot path)."""
-    if isinstance(block, Sentinel):
+def already_linked(
+    operation: str, block: object, last: object = None, before: object = None
+) -> AlreadyInQueueError:
+    """Build the error for a block that may not join a queue (kept off the hot path).
+
+    A batch operation passes the last block it linked and the block it links
+    after: a block found walking back from ``last`` to ``before`` was linked by
+    the batch itself, so it is repeated in the batch, not a double free.
+    """
+    if _is_sentinel(block):
         reason = "it is a queue sentinel"
+    elif _linked_since(block, last, before):
+        reason = "it is repeated in the batch"
     else:
         reason = "it is already linked in a queue (a double free?)"
     return AlreadyInQueueError(f"{operation}({describe(block)}): {reason}")
 
 
+def _is_sentinel(value: object) -> bool:
+    """``isinstance(value, Sentinel)``, or ``False`` if even that raises (a hostile proxy)."""
+    try:
+        return isinstance(value, Sentinel)
+    except Exception:  # a __class__ that raises: not one of ours
+        return False
+
+
+def _linked_since(block: object, last: object, before: object) -> bool:
+    """Whether ``block`` is among the blocks a batch linked: ``last`` back to ``before``."""
+    node = last
+    while node is not None and node is not before:
+        if node is block:
+            return True
+        node = getattr(node, "prev_free_block", None)
+    return False
+
+
 def not_linked(operation: str, block: object) -> NotInQueueError:
     """Build the error for a block that is not linked where ``operation`` needs it."""
-    if not isinstance(block, Sentinel):
+    if not _is_sentinel(block):
         reason = "it is not linked in a queue"
     elif operation == "remove":
         reason = "it is a queue sentinel, which never leaves its queue"
@@ -72,11 +103,19 @@ def not_linked(operation: str, block: object) -> NotInQueueError:
     return NotInQueueError(f"{operation}({describe(block)}): {reason}")
 
 
+def _has_links(value: object) -> bool:
+    """Whether ``value`` has both link attributes; ``False`` if looking them up raises."""
+    try:
+        return all(hasattr(value, name) for name in LINK_FIELDS)
+    except Exception:  # a proxy whose lookup raises (KeyError, say) has no links we can use
+        return False
+
+
 def can_link(value: object) -> bool:
     """Whether this build can link ``value``: a Block, or (pure Python) anything with both links."""
-    if isinstance(value, Block):
+    if issubclass(type(value), Block):  # the type itself: a proxy's __class__ may lie or raise
         return True
-    return not _COMPILED and all(hasattr(value, name) for name in LINK_FIELDS)
+    return not _COMPILED and _has_links(value)
 
 
 def first_unlinkable(batch: list[_Item]) -> object:
@@ -84,11 +123,32 @@ def first_unlinkable(batch: list[_Item]) -> object:
     return next((item for item in batch if not can_link(item)), None)
 
 
+def has_unlinkable(batch: list[_Item]) -> bool:
+    """Whether ``batch`` holds an item this build cannot link."""
+    return not all(can_link(item) for item in batch)
+
+
+def batch_argument(operation: str, blocks: object) -> list[object]:
+    """``list(blocks)`` for a batch that is not a list; a non-iterable is a WrongTypeError.
+
+    Only ``iter`` is guarded: an exception the iteration itself raises is the
+    caller's, and propagates as it is.
+    """
+    try:
+        items = iter(blocks)  # type: ignore[call-overload]  # anything else is refused just below
+    except TypeError:
+        raise WrongTypeError(
+            f"{operation}({describe(blocks)}): expected an iterable of blocks, "
+            f"got {type(blocks).__qualname__}"
+        ) from None
+    return list(items)
+
+
 def not_a_block(operation: str, value: object) -> WrongTypeError:
     """Build the error for an argument that is not a block this build can link."""
     described = describe(value)
     kind = type(value).__qualname__
-    if all(hasattr(value, name) for name in LINK_FIELDS):
+    if _has_links(value):
         # It has the links, so only the compiled build refuses it.
         return WrongTypeError(
             f"{operation}({described}): the compiled verified_queue links only subclasses of "
@@ -129,3 +189,8 @@ def lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
         invariant="sentinel_linkage",
         clause="I1",
     )
+
+
+def too_few_blocks(count: int, available: int) -> EmptyQueueError:
+    """Build the error for ``popleft_n(count)`` from a queue with fewer free blocks."""
+    return EmptyQueueError(f"popleft_n({count}) from a FreeBlockQueue with {available} free blocks")

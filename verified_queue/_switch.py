@@ -7,6 +7,7 @@ it costs one environment lookup and imports nothing.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Final
 
@@ -54,5 +55,29 @@ def read_check_level(environ: Mapping[str, str] = os.environ) -> str:
     return level
 
 
+def _run_as_command() -> bool:
+    """Whether this process is ``python [options] -m verified_queue ...``."""
+    argv = getattr(sys, "orig_argv", [])
+    return any(
+        word == "-m" and argv[index + 1 : index + 2] == ["verified_queue"]
+        for index, word in enumerate(argv)
+    )
+
+
+def _level_or_exit() -> str:
+    """The switch's level; run as the command, a bad value is one line and exit status 2.
+
+    A program importing the package gets the ``ValueError``. The command line
+    cannot catch it itself: the package is imported before its ``__main__`` runs.
+    """
+    try:
+        return read_check_level()
+    except ValueError as error:
+        if not _run_as_command():
+            raise
+        print(f"python -m verified_queue: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 #: The level in force for this process, read when the package was first imported.
-CHECK_LEVEL: Final = read_check_level()
+CHECK_LEVEL: Final = _level_or_exit()

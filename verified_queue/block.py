@@ -72,25 +72,53 @@ _OBJECT_DELATTR: Any = object.__delattr__
 _PLAIN_ATTRIBUTE_CLASSES: set[type] = set()
 
 
+_OBJECT_GETATTRIBUTE: Any = object.__getattribute__
+
+
 def _check_attribute_hooks(cls: type) -> None:
-    """Refuse ``cls`` if it sets or deletes attributes its own way; else remember it.
+    """Refuse ``cls`` if it reaches the links or attributes its own way; else remember it.
 
     A hook set on the class after it was created (a frozen, unslotted dataclass
-    does this) escapes ``__init_subclass__``, so the first block built checks.
+    does this, and so may any code) escapes ``__init_subclass__``, so the first
+    block built checks again.
     """
-    if cls.__setattr__ is not _OBJECT_SETATTR or cls.__delattr__ is not _OBJECT_DELATTR:
-        raise TypeError(_attribute_hooks_refused(cls))
+    hooked = _hooks(cls)
+    if hooked:
+        raise TypeError(_attribute_hooks_refused(cls, hooked))
     _PLAIN_ATTRIBUTE_CLASSES.add(cls)
 
 
-def _attribute_hooks_refused(cls: type, names: list[str] | None = None) -> str:
+def _hooks(cls: type) -> list[str]:
+    """The names of ``_RESERVED`` that ``cls`` resolves other than Block and object do.
+
+    The whole MRO counts, not the class's own namespace only: a link property
+    or a ``__getattribute__`` inherited from a mixin listed before Block hides
+    Block's own as surely as one declared in the class.
+    """
+    found = []
+    for name in LINK_FIELDS:
+        declared = next(vars(klass)[name] for klass in cls.__mro__ if name in vars(klass))
+        if declared is not vars(Block)[name]:
+            found.append(name)
+    hooks = (
+        ("__setattr__", _OBJECT_SETATTR),
+        ("__delattr__", _OBJECT_DELATTR),
+        ("__getattribute__", _OBJECT_GETATTRIBUTE),
+    )
+    for name, default in hooks:
+        if getattr(cls, name) is not default:
+            found.append(name)
+    return found
+
+
+def _attribute_hooks_refused(cls: type, names: list[str]) -> str:
     """The message refusing a Block subclass that re-declares a link or hooks attribute access."""
-    what = ", ".join(names) if names else "__setattr__ or __delattr__"
     return (
-        f"{cls.__qualname__} re-declares {what} of verified_queue.Block: "
-        "the queue links blocks through Block's own prev_free_block and next_free_block "
-        "slots, which compiled code reaches directly; drop those declarations from the "
-        "subclass (Block already has the links), and do not freeze it"
+        f"{cls.__qualname__} re-declares {', '.join(names)} of verified_queue.Block (itself "
+        "or through a base class): the queue links blocks through Block's own "
+        "prev_free_block and next_free_block slots, which compiled code reaches directly; "
+        "drop those declarations from the subclass and its mixins (Block already has the "
+        "links), and do not freeze it"
     )
 
 
@@ -111,10 +139,11 @@ class Block:
     A subclass may not re-declare ``prev_free_block`` or ``next_free_block``
     (as a field, a slot or a property) nor override ``__setattr__``,
     ``__delattr__`` or ``__getattribute__`` (so it cannot be a frozen
-    dataclass either): the queue links
+    dataclass either), itself or through a mixin: the queue links
     through the base class's own slots, which compiled code reaches directly,
     so such a subclass would see other links than the queue writes. It is
-    refused with ``TypeError`` when the class is created.
+    refused with ``TypeError`` when the class is created, or, for a hook set
+    on the class afterwards, when its first block is.
 
     >>> block = Block()
     >>> block.prev_free_block is None and block.next_free_block is None
@@ -177,9 +206,9 @@ class Block:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse a subclass that re-declares a link or hooks attribute access."""
         super().__init_subclass__(**kwargs)
-        redeclared = [name for name in _RESERVED if name in vars(cls)]
-        if redeclared:
-            raise TypeError(_attribute_hooks_refused(cls, redeclared))
+        hooked = _hooks(cls)
+        if hooked:
+            raise TypeError(_attribute_hooks_refused(cls, hooked))
 
     def __repr__(self) -> str:
         """Name the block's type, identity and link state, never its neighbours.

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Final, SupportsIndex, TypeVar
 
 from verified_queue import _diagnosis, _switch
-from verified_queue._messages import count_argument
+from verified_queue._messages import batch_argument, count_argument, has_unlinkable
 from verified_queue.block import Block, Linkable
 from verified_queue.errors import NotInQueueError, QueueError
 from verified_queue.invariants import (
@@ -174,12 +174,14 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
     def __reduce__(
         self,
-    ) -> tuple[Callable[..., CheckedFreeBlockQueue[B]], tuple[object, ...]]:
+    ) -> tuple[Callable[..., CheckedFreeBlockQueue[B]], tuple[object, ...], list[B]]:
         """Pickle and deep-copy with ``full_check_every``; the copy's membership is its own blocks.
+
+        Built empty, then given the blocks, as ``FreeBlockQueue.__reduce__`` explains.
 
         Runtime complexity: O(n) (it lists the blocks through the full check)
         """
-        return _rebuild, (type(self), self.get_all_free_blocks(), self.full_check_every)
+        return _rebuild, (type(self), [], self.full_check_every), self.get_all_free_blocks()
 
     # ----------------------------------------------------------- full check
 
@@ -455,8 +457,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(n), plus the amortized O(1) full check
         """
+        # The caller's own error (a count that is no integer, an __index__ that raises)
+        # is raised as the production queue raises it, not taken for damage.
+        count = count_argument("popleft_n", n)
         try:
-            count = count_argument("popleft_n", n)
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of popleft_n()")
@@ -590,8 +594,17 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
+        # One list for the checks, the link and the membership. A batch that is not
+        # iterable, an iterator that raises, an item that is not a block: the caller's
+        # errors, raised exactly as the production queue raises them (it refuses such
+        # a batch whole, with the error of its first bad item), never taken for damage.
+        batch: list[B] = (
+            blocks if type(blocks) is list else batch_argument("append_n", blocks)  # type: ignore[assignment]
+        )
+        if has_unlinkable(batch):
+            self._super_append_n(batch)
+            raise _diagnosis.unexplained("append_n()")  # it refuses it; never reached
         try:
-            batch = list(blocks)  # one list for the checks, the link and the membership
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of append_n()")
@@ -624,8 +637,17 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
+        # One list for the checks, the link and the membership. A batch that is not
+        # iterable, an iterator that raises, an item that is not a block: the caller's
+        # errors, raised exactly as the production queue raises them (it refuses such
+        # a batch whole, with the error of its first bad item), never taken for damage.
+        batch: list[B] = (
+            blocks if type(blocks) is list else batch_argument("prepend_n", blocks)  # type: ignore[assignment]
+        )
+        if has_unlinkable(batch):
+            self._super_prepend_n(batch)
+            raise _diagnosis.unexplained("prepend_n()")  # it refuses it; never reached
         try:
-            batch = list(blocks)  # one list for the checks, the link and the membership
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of prepend_n()")

@@ -50,8 +50,9 @@ and so still alive.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Final
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any, Final, ParamSpec, TypeVar
 
 from verified_queue.block import LINK_FIELDS, Block, Sentinel
 from verified_queue.errors import INVARIANT_FAMILY, InvariantViolation
@@ -70,6 +71,36 @@ __all__ = [
     "is_block",
     "violation",
 ]
+
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
+
+
+def _total(checker: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
+    """Make ``checker`` raise only :class:`InvariantViolation`, even if the queue changes under it.
+
+    Each checker reads every link defensively once, but naming a fault re-walks part
+    of the chain it has just read (to find where a repeated block first appeared, or
+    where a cycle starts). If another thread changed the chain in between, that
+    re-walk can meet ``None``: the raw error is reported as the change it is.
+    """
+
+    @functools.wraps(checker)
+    def total(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
+        try:
+            return checker(*args, **kwargs)
+        except (AttributeError, TypeError) as error:
+            raise violation(
+                "I1",
+                "the walk",
+                "the links the check read",
+                "the same links when read again",
+                f"{type(error).__name__}: {error} (the queue changed while it was being "
+                "checked: another thread, or a finalizer?)",
+            ) from error
+
+    return total
+
 
 SENTINEL_LINKAGE: Final = "sentinel_linkage"
 COUNT_CONSISTENCY: Final = "count_consistency"
@@ -358,6 +389,7 @@ def _count_mismatch(count: int, length: int) -> InvariantViolation:
     )
 
 
+@_total
 def check_sentinel_linkage(queue: Any) -> None:
     """Check I1: the sentinels bracket a chain whose links agree both ways.
 
@@ -379,6 +411,7 @@ def check_sentinel_linkage(queue: Any) -> None:
     _linked_length(queue)
 
 
+@_total
 def check_count_consistency(queue: Any) -> None:
     """Check I2: ``num_free_blocks`` is the number of blocks between the sentinels.
 
@@ -419,6 +452,7 @@ def check_count_consistency(queue: Any) -> None:
         raise _count_mismatch(count, length)
 
 
+@_total
 def check_no_duplicates(queue: Any) -> None:
     """Check I3: following ``next_free_block`` from the head meets no block twice.
 
@@ -442,6 +476,7 @@ def check_no_duplicates(queue: Any) -> None:
     _forward_length(queue)
 
 
+@_total
 def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
     """Check I4: each block of ``blocks`` not in ``queue`` is detached.
 
@@ -481,6 +516,7 @@ def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
             )
 
 
+@_total
 def check_invariants(queue: Any, pool: Iterable[object] | None = None) -> None:
     """Check I1 to I3 of ``queue``, and I4 given its ``pool``; return ``None`` if it is healthy.
 

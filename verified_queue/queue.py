@@ -52,22 +52,26 @@ lists they return (and a batch's copy when it is not a list).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Generic, SupportsIndex, TypeVar, cast
+from typing import Final, Generic, SupportsIndex, TypeVar
 
 from verified_queue._compat import mypyc_attr
 from verified_queue._messages import (
     already_linked,
+    batch_argument,
     changed_during_iteration,
     count_argument,
     first_unlinkable,
+    has_unlinkable,
     lost_inner_link,
     not_a_block,
     not_linked,
+    too_few_blocks,
 )
 from verified_queue.block import Block, Linkable, Sentinel
 from verified_queue.errors import (
     EmptyQueueError,
     NegativeCountError,
+    QueueError,
 )
 
 __all__ = ["EMPTY_QUEUE_MESSAGE", "FreeBlockQueue"]
@@ -189,7 +193,7 @@ class FreeBlockQueue(Generic[B]):
             node: Block = cursor  # type: ignore[assignment]  # compiled: a Block, checked here
             following = node.next_free_block
             linked = following is not None and node.prev_free_block is not None
-        except (AttributeError, TypeError):
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
             raise not_a_block("iter_blocks_after", cursor) from None
         if not linked:
             if node is self.fake_free_list_head:
@@ -239,13 +243,18 @@ class FreeBlockQueue(Generic[B]):
             node = node.next_free_block  # type: ignore[assignment]  # I1: set on every linked block
         return False
 
-    def __reduce__(self) -> tuple[Callable[..., FreeBlockQueue[B]], tuple[object, ...]]:
-        """Pickle and deep-copy as the class and the free blocks, front first, without recursion.
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[..., FreeBlockQueue[B]], tuple[object, ...], list[B]]:
+        """Pickle and deep-copy as the class, then the free blocks, front first, without recursion.
 
         Blocks are saved without their links (``Block.__getstate__``), so the
-        chain is never followed recursively, and loading builds a new queue
-        from the copies, with sentinels of its own. A subclass with state of
-        its own overrides this (``CheckedFreeBlockQueue`` does).
+        chain is never followed recursively. The queue is rebuilt empty first
+        and the blocks are linked into it afterwards (:meth:`__setstate__`):
+        pickle and deepcopy record the new queue before they copy the blocks,
+        so a block that refers back to the queue, itself or through an owner
+        such as a block pool, gets the new queue, not a second copy. A subclass
+        with state of its own overrides this (``CheckedFreeBlockQueue`` does).
 
         Runtime complexity: O(n)
 
@@ -255,7 +264,14 @@ class FreeBlockQueue(Generic[B]):
         >>> len(twin), twin.popleft() is queue.get_all_free_blocks()[0]
         (2, False)
         """
-        return type(self), (self.get_all_free_blocks(),)
+        return type(self), (), self.get_all_free_blocks()
+
+    def __setstate__(self, blocks: list[B]) -> None:
+        """Link the blocks a pickle or a deep copy saved into this queue, which was built empty.
+
+        Runtime complexity: O(n)
+        """
+        self.append_n(blocks)
 
     def __copy__(self) -> FreeBlockQueue[B]:
         """Refuse: a shallow copy would share the blocks, which can be linked in one queue only.
@@ -330,9 +346,7 @@ class FreeBlockQueue(Generic[B]):
         """
         count: int = n if type(n) is int else count_argument("popleft_n", n)
         if count > self.num_free_blocks:
-            raise EmptyQueueError(
-                f"popleft_n({count}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
-            )
+            raise too_few_blocks(count, self.num_free_blocks)
         if count < 0:
             raise NegativeCountError(f"popleft_n({count}): the count must not be negative")
         head = self.fake_free_list_head
@@ -340,6 +354,10 @@ class FreeBlockQueue(Generic[B]):
         # are rewired only after it. Filled by index, which is cheaper per block than
         # list.append in CPython.
         popped: list[B] = [None] * count  # type: ignore[list-item]  # every slot is filled below
+        # The allocation may set off a garbage collection, whose finalizers may take
+        # blocks from this queue: count again, now that nothing more is allocated.
+        if count > self.num_free_blocks:
+            raise too_few_blocks(count, self.num_free_blocks)
         following: Block | None = None
         try:
             block: Block = head.next_free_block  # type: ignore[assignment]  # I1
@@ -352,7 +370,13 @@ class FreeBlockQueue(Generic[B]):
         except BaseException as error:
             # A signal between two blocks, or a None link inside the counted run (I1 broken
             # by outside code): put every block taken so far back where it was.
-            _relink_taken(head, popped, following)
+            try:
+                arrived = _relink_taken(head, popped, following)
+            except BaseException as again:
+                # It arrived as the undo began, before its own retry loop: begin again.
+                arrived = _relink_taken(head, popped, following) or again
+            if arrived is not None:
+                raise arrived  # noqa: B904 -- it carries the first error as its __context__
             if isinstance(error, (AttributeError, TypeError)):
                 raise lost_inner_link("popleft_n", "head") from None
             raise
@@ -382,7 +406,7 @@ class FreeBlockQueue(Generic[B]):
             node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
             before = node.prev_free_block
             after = node.next_free_block
-        except (AttributeError, TypeError):
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
             raise not_a_block("remove", block) from None
         if before is None or after is None:
             # I4: a detached block has neither link, a sentinel only one.
@@ -417,7 +441,9 @@ class FreeBlockQueue(Generic[B]):
             last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
             # Link the block between the old last block and the tail.
             last.next_free_block = node
-        except (AttributeError, TypeError):
+        except QueueError:
+            raise
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
             # Nothing was written: the first write is the one that failed, if any did.
             if tail.prev_free_block is None:
                 raise lost_inner_link("append", "tail") from None
@@ -448,7 +474,7 @@ class FreeBlockQueue(Generic[B]):
         # iterator up front means it cannot fail half-way through, and an exact
         # type test is cheaper than isinstance (compiled, a list is indexed
         # directly instead of iterated through the generic protocol).
-        batch: list[B] = blocks if type(blocks) is list else list(blocks)
+        batch: list[B] = blocks if type(blocks) is list else batch_argument("append_n", blocks)  # type: ignore[assignment]  # checked as it is linked
         tail = self.fake_free_list_tail
         before = tail.prev_free_block
         if before is None:
@@ -464,12 +490,24 @@ class FreeBlockQueue(Generic[B]):
             for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                 if node.next_free_block is not None or node.prev_free_block is not None:
                     # I4: only a detached block may join.
-                    raise already_linked("append_n", node)
+                    raise already_linked("append_n", node, last, before)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
         except BaseException as error:
-            raise _undo_batch("append_n", batch, before, last, tail, error=error) from None
+            # Each step of the undo starts inside a try of this frame, so that an exception
+            # arriving as one starts is caught too (see _finish_unlink).
+            try:
+                _unlink_run(before, last, tail)
+            except BaseException as again:
+                try:
+                    arrived = _finish_unlink(batch, before, tail, again)
+                except BaseException as later:  # as it began: it is restartable
+                    arrived = _finish_unlink(batch, before, tail, later)
+                raise arrived from None
+            if _not_a_block_error(error, batch):
+                raise not_a_block("append_n", first_unlinkable(batch)) from None
+            raise
         # Close the chain on the tail: until here its back link kept the old chain intact.
         last.next_free_block = tail
         tail.prev_free_block = last
@@ -492,7 +530,7 @@ class FreeBlockQueue(Generic[B]):
         >>> queue.get_all_free_blocks() == blocks
         True
         """
-        batch: list[B] = blocks if type(blocks) is list else list(blocks)
+        batch: list[B] = blocks if type(blocks) is list else batch_argument("prepend_n", blocks)  # type: ignore[assignment]  # checked as it is linked
         head = self.fake_free_list_head
         after = head.next_free_block
         if after is None:
@@ -504,12 +542,24 @@ class FreeBlockQueue(Generic[B]):
             for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                 if node.next_free_block is not None or node.prev_free_block is not None:
                     # I4: only a detached block may join.
-                    raise already_linked("prepend_n", node)
+                    raise already_linked("prepend_n", node, last, head)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
         except BaseException as error:
-            raise _undo_batch("prepend_n", batch, head, last, after, error=error) from None
+            # Each step of the undo starts inside a try of this frame, so that an exception
+            # arriving as one starts is caught too (see _finish_unlink).
+            try:
+                _unlink_run(head, last, after)
+            except BaseException as again:
+                try:
+                    arrived = _finish_unlink(batch, head, after, again)
+                except BaseException as later:  # as it began: it is restartable
+                    arrived = _finish_unlink(batch, head, after, later)
+                raise arrived from None
+            if _not_a_block_error(error, batch):
+                raise not_a_block("prepend_n", first_unlinkable(batch)) from None
+            raise
         # Close the chain on the old front: until here its back link named the head.
         last.next_free_block = after
         after.prev_free_block = last
@@ -533,6 +583,28 @@ class FreeBlockQueue(Generic[B]):
         return found
 
 
+# The undos below run when an exception cut a batch short, and another one may arrive
+# while they run (Ctrl-C pressed twice, a repeating timer whose handler raises). Each is
+# therefore restartable: every write is idempotent and is made only if the link does not
+# hold its value yet, so a pass cut short after any write leaves a state the next pass
+# starts from, and progress kept in locals carries over. The retry loops are nested
+# because the interpreter may run a signal handler at a loop's back edge, outside its
+# try. What arrived last is raised in the end (with the earlier errors as its
+# __context__): the undo completes, and the interrupt is not swallowed.
+
+
+def _not_a_block_error(error: BaseException, batch: list[B]) -> bool:
+    """Whether ``error``, which cut a batch short, means an item is not a block we can link.
+
+    An ``AttributeError`` or ``TypeError`` from a link read or write does; so does any
+    other error of a batch holding an item this build cannot link (a proxy whose
+    attribute lookup raises ``KeyError``, say). An interrupt does not, nor a refusal.
+    """
+    if isinstance(error, (AttributeError, TypeError)):
+        return True
+    return not isinstance(error, QueueError) and has_unlinkable(batch)
+
+
 def _undo_batch(
     operation: str,
     batch: list[B],
@@ -542,57 +614,150 @@ def _undo_batch(
     *,
     error: BaseException,
 ) -> BaseException:
-    """Undo a half-linked batch and return the error to raise in its place.
+    """Undo a half-linked batch, whatever arrives meanwhile, and return the error to raise.
 
-    ``after``'s back link was not written yet, so detaching the run from
-    ``before.next`` to ``last`` restores the old chain exactly.
+    The same steps as the handlers of ``append_n`` and ``prepend_n``, as one
+    call for copies of those methods (the planted bugs of ``specs/``). The
+    methods write the steps out themselves, so that an exception arriving just
+    as the undo starts, before this call's first ``try``, is caught as well.
     """
-    _unlink_run(before, last, after)
-    if isinstance(error, (AttributeError, TypeError)):
+    try:
+        _unlink_run(before, last, after)
+    except BaseException as again:
+        try:
+            return _finish_unlink(batch, before, after, again)
+        except BaseException as later:
+            return _finish_unlink(batch, before, after, later)
+    if _not_a_block_error(error, batch):
         return not_a_block(operation, first_unlinkable(batch))
     return error
+
+
+def _finish_unlink(
+    batch: list[B], before: Block, after: Block, arrived: BaseException
+) -> BaseException:
+    """Finish an undo that ``arrived`` cut short, retrying until done; return what arrived last.
+
+    Restartable: a call cut short at its very start, before its retry loops,
+    can be followed by another from the state it left.
+
+    The blocks the batch linked and ``_unlink_run`` has not finished are a
+    prefix of the batch that still chains by back links: ``batch[0]`` names
+    ``before`` and each later block its predecessor in the batch (no block
+    outside the batch names them: they were detached), so the first block
+    that does not, or ``after``, ends it. Detaching that prefix and pointing
+    ``before`` at ``after`` again restores the old state from any point of the
+    walk (and of the batch loop).
+    """
+    linked = 0
+    counted = False
+    while True:
+        try:
+            while True:
+                try:
+                    while not counted and linked < len(batch):
+                        candidate: object = batch[linked]
+                        expected: object = before if linked == 0 else batch[linked - 1]
+                        if candidate is after:
+                            break
+                        if getattr(candidate, "prev_free_block", None) is not expected:
+                            break
+                        linked += 1
+                    counted = True
+                    # Back to front, as _unlink_run walks, so that a call cut short leaves
+                    # a shorter prefix, still chained, for the next call to find.
+                    while linked > 0:
+                        node: Block = batch[linked - 1]  # type: ignore[assignment]  # linked: a Block
+                        # I4: every block of the failed batch leaves detached again.
+                        if node.next_free_block is not None:
+                            node.next_free_block = None
+                        if node.prev_free_block is not None:
+                            node.prev_free_block = None
+                        linked -= 1
+                    # I1: the ends are adjacent again (``after``'s back link never changed).
+                    if before.next_free_block is not after:
+                        before.next_free_block = after
+                    break
+                except BaseException as later:
+                    arrived = later
+            break
+        except BaseException as later:
+            arrived = later
+    return arrived
 
 
 def _unlink_run(before_run: Block, last: Block, after_run: Block) -> None:
     """Undo a half-linked batch: detach ``before_run.next .. last`` and rejoin the ends.
 
-    Walks back from ``last`` over the blocks this batch linked, so it ends.
+    Walks back from ``last`` over the blocks this batch linked, so it ends. Each
+    block's forward link is cleared before its back link, so a walk cut short
+    leaves every block it has not finished chained by its back link, which is
+    how ``_undo_batch`` finds them to finish the work.
     """
     block = last
     while block is not before_run:
         previous = block.prev_free_block
         # I4: every block of the failed batch leaves detached again.
-        block.prev_free_block = block.next_free_block = None
+        block.next_free_block = block.prev_free_block = None
         block = previous  # type: ignore[assignment]  # set by the batch loop
     # I1: the two ends are adjacent again.
     before_run.next_free_block = after_run
     after_run.prev_free_block = before_run
 
 
-def _relink_taken(head: Block, popped: list[B], following: Block | None) -> None:
-    """Undo an interrupted ``popleft_n``: link its blocks back between ``head`` and the rest.
+def _relink_taken(head: Block, popped: list[B], following: Block | None) -> BaseException | None:
+    """Undo an interrupted ``popleft_n``, whatever arrives meanwhile; return what arrived.
 
-    The head's link and the first kept block's back link are written only
-    after the loop, so they still hold. The last block taken still names its
+    Links the blocks taken so far back between ``head`` and the rest. The
+    head's link and the first kept block's back link are written only after
+    the loop, so they still hold. The last block taken still names its
     successor unless the loop already cleared it, and then ``following``, read
-    just before, does.
+    just before, does. Returns the last exception that arrived while it ran,
+    or ``None``.
     """
-    # Slots the loop did not reach still hold the None they were created with.
-    slots = cast("list[Block | None]", popped)
-    taken = [block for block in slots if block is not None]
-    if not taken:
-        return
-    successor = taken[-1].next_free_block
-    if successor is None:
-        successor = following
-    previous = head
-    for block in taken:
-        block.prev_free_block = previous
-        previous.next_free_block = block
-        previous = block
-    previous.next_free_block = successor
-    if successor is not None:
-        successor.prev_free_block = previous
+    # Slots the loop did not reach still hold the None they were created with. (No call
+    # before the retry loops: a handler may run at any call.)
+    slots: list[Block | None] = popped  # type: ignore[assignment]
+    arrived: BaseException | None = None
+    taken = 0
+    counted = False
+    successor: Block | None = None
+    found = False
+    relinked = 0
+    while True:
+        try:
+            while True:
+                try:
+                    while not counted and taken < len(slots) and slots[taken] is not None:
+                        taken += 1
+                    counted = True
+                    if taken == 0:
+                        break
+                    last: Block = slots[taken - 1]  # type: ignore[assignment]  # taken
+                    if not found:
+                        successor = last.next_free_block
+                        if successor is None:
+                            successor = following
+                        found = True
+                    while relinked < taken:
+                        block: Block = slots[relinked]  # type: ignore[assignment]  # taken
+                        previous: Block = head if relinked == 0 else slots[relinked - 1]  # type: ignore[assignment]  # taken
+                        if block.prev_free_block is not previous:
+                            block.prev_free_block = previous
+                        if previous.next_free_block is not block:
+                            previous.next_free_block = block
+                        relinked += 1
+                    if last.next_free_block is not successor:
+                        last.next_free_block = successor
+                    if successor is not None and successor.prev_free_block is not last:
+                        successor.prev_free_block = last
+                    break
+                except BaseException as later:
+                    arrived = later
+            break
+        except BaseException as later:
+            arrived = later
+    return arrived
 
 
 if _COMPILED:

@@ -10,7 +10,6 @@ from typing import Any, SupportsIndex
 
 import pytest
 
-import verified_queue
 from tests.checks.support import (
     WALK,
     AppendForgetsCount,
@@ -33,6 +32,7 @@ from verified_queue import (
     CheckedFreeBlockQueue,
     InvariantViolation,
     NotInQueueError,
+    WrongTypeError,
     _diagnosis,
 )
 from verified_queue.invariants import (
@@ -204,48 +204,23 @@ class _RaisingLinks:
         raise TypeError("no links here")
 
 
-class _IndexRaisesAttributeError:
-    """A count whose ``__index__`` fails with AttributeError, as a broken wrapper's might."""
-
-    def __index__(self) -> int:
-        raise AttributeError("no index here")
-
-
-#: Calls whose argument raises a raw error that no damage of the queue explains.
-_RAW_ERRORS: dict[str, tuple[Callable[[CheckedFreeBlockQueue[Any]], object], str]] = {
-    "remove()": (lambda q: q.remove(_RaisingLinks()), "TypeError: no links here"),
-    "append()": (lambda q: q.append(_RaisingLinks()), "TypeError: no links here"),
-    "append_n()": (lambda q: q.append_n([_RaisingLinks()]), "TypeError: no links here"),
-    "prepend_n()": (lambda q: q.prepend_n([_RaisingLinks()]), "TypeError: no links here"),
-    "iter_blocks_after()": (
-        lambda q: q.iter_blocks_after(_RaisingLinks()),
-        "TypeError: no links here",
-    ),
-    "popleft_n()": (
-        lambda q: q.popleft_n(_IndexRaisesAttributeError()),
-        "AttributeError: no index here",
-    ),
+#: Calls given a block whose link lookups raise: no block, in either mode.
+_RAISING_LINKS: dict[str, Callable[[CheckedFreeBlockQueue[Any]], object]] = {
+    "remove": lambda q: q.remove(_RaisingLinks()),
+    "append": lambda q: q.append(_RaisingLinks()),
+    "append_n": lambda q: q.append_n([_RaisingLinks()]),
+    "prepend_n": lambda q: q.prepend_n([_RaisingLinks()]),
+    "iter_blocks_after": lambda q: q.iter_blocks_after(_RaisingLinks()),
 }
 
 
-@pytest.mark.parametrize("where", _RAW_ERRORS)
-def test_unexplained_raw_error_is_named(where: str) -> None:
-    """A raw error from an argument becomes a violation naming the error and the operation."""
-    if verified_queue.COMPILED and where != "popleft_n()":
-        pytest.skip("the compiled queue refuses a block that is no Block before reading it")
+@pytest.mark.parametrize("where", _RAISING_LINKS)
+def test_a_block_whose_links_raise_is_a_wrong_type_as_in_production(where: str) -> None:
+    """Check mode raises the production queue's WrongTypeError for a block whose links raise."""
     queue, blocks = checked(2)
-    call, found = _RAW_ERRORS[where]
-    error = error_of(lambda: call(queue))
-    assert isinstance(error, InvariantViolation)
-    assert parts(error) == (
-        (
-            "I1",
-            f"{where}",
-            "the links and the count the operation read",
-            "blocks, sentinels and an int",
-            f"{found}",
-        )
-    )
+    error = error_of(lambda: _RAISING_LINKS[where](queue))
+    assert isinstance(error, WrongTypeError)
+    assert str(error).startswith(f"{where}(")
     assert same(queue.get_all_free_blocks(), blocks)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -173,3 +174,74 @@ def test_frozen_unslotted_dataclass_subclass_is_refused_when_built() -> None:
 
     with pytest.raises(TypeError, match="do not freeze it"):
         FrozenBlock(1)
+
+
+class _LinkPropertyMixin:
+    """A mixin whose back link is a property: it would hide Block's slot if listed first."""
+
+    @property
+    def prev_free_block(self) -> None:
+        """Always None: a hook the compiled queue would bypass."""
+        return None
+
+
+class _GetattributeMixin:
+    """A mixin that hooks every attribute read."""
+
+    def __getattribute__(self, name: str) -> Any:
+        return object.__getattribute__(self, name)
+
+
+def define_link_property_through_mixin() -> None:
+    """Define a Block subclass inheriting a link property from a mixin listed before Block."""
+
+    class MixedBlock(_LinkPropertyMixin, Block):  # type: ignore[misc]  # the point
+        __slots__ = ()
+
+
+def define_getattribute_through_mixin() -> None:
+    """Define a Block subclass inheriting __getattribute__ from a mixin."""
+
+    class MixedBlock(_GetattributeMixin, Block):
+        __slots__ = ()
+
+
+@pytest.mark.parametrize(
+    "define", [define_link_property_through_mixin, define_getattribute_through_mixin]
+)
+def test_a_hook_inherited_from_a_mixin_is_refused_at_class_creation(
+    define: Callable[[], None],
+) -> None:
+    """A link property or __getattribute__ from a mixin is refused as if declared in the class."""
+    with pytest.raises(TypeError, match=r"re-declares .* \(itself or through a base class\)"):
+        define()
+
+
+def test_a_mixin_listed_after_block_hides_nothing_and_is_accepted() -> None:
+    """A mixin after Block in the bases cannot hide Block's links: the class is accepted."""
+
+    class MixedBlock(Block, _LinkPropertyMixin):  # type: ignore[misc]  # the point
+        __slots__ = ()
+
+    block = MixedBlock()
+    assert FreeBlockQueue([block]).popleft() is block
+
+
+@pytest.mark.parametrize(
+    ("name", "hook"),
+    [
+        ("__getattribute__", _GetattributeMixin.__getattribute__),
+        ("prev_free_block", _LinkPropertyMixin.__dict__["prev_free_block"]),
+    ],
+)
+def test_a_hook_assigned_after_class_creation_is_refused_at_the_first_block(
+    name: str, hook: object
+) -> None:
+    """A hook set on the class after it was created is refused when its first block is built."""
+
+    class LateHooked(Block):
+        __slots__ = ()
+
+    setattr(LateHooked, name, hook)
+    with pytest.raises(TypeError, match=f"re-declares {name} "):
+        LateHooked()

@@ -12,6 +12,7 @@ import pytest
 from tests.helpers import NumberedBlock, numbered, numbers
 from verified_queue import Block, CheckedFreeBlockQueue, FreeBlockQueue
 from verified_queue.invariants import check_invariants
+from verified_queue.kvcache.pool import BlockPool
 
 QUEUE_TYPES: list[type[FreeBlockQueue[Any]]] = [FreeBlockQueue, CheckedFreeBlockQueue]
 
@@ -96,3 +97,67 @@ def test_large_queue_round_trips_without_recursion(
     assert len(twin) == size - 1
     check_invariants(twin)
     assert twin.popleft() is not blocks[0]
+
+
+class OwnedBlock(Block):
+    """A block that names the queue it belongs to, as a pool's blocks name their pool."""
+
+    __slots__ = ("number", "owner")
+
+    def __init__(self, number: int, owner: object = None) -> None:
+        self.number = number
+        self.owner = owner
+
+
+@pytest.mark.parametrize("queue_type", QUEUE_TYPES)
+def test_a_queue_whose_blocks_name_it_copies_and_pickles(
+    queue_type: type[FreeBlockQueue[Any]],
+) -> None:
+    """Blocks referring back to their queue get the copy: one new queue, its blocks in order."""
+    blocks = [OwnedBlock(number) for number in range(4)]
+    queue = queue_type(blocks)
+    for block in blocks:
+        block.owner = queue
+    for twin in round_trips(queue):
+        copies = twin.get_all_free_blocks()
+        assert [block.number for block in copies] == [0, 1, 2, 3]
+        assert all(block.owner is twin for block in copies)
+        assert not {id(block) for block in copies} & {id(block) for block in blocks}
+        check_invariants(twin, pool=copies)
+        assert type(twin) is queue_type
+
+
+def test_a_block_pool_copies_and_pickles_with_its_queue() -> None:
+    """A pool whose blocks name it (pool -> free_block_queue -> blocks -> pool) round-trips."""
+    pool = BlockPool(6)
+    taken = pool.get_new_blocks(2)
+    pool.free_blocks(taken[::-1])
+    order = [block.block_id for block in pool.free_block_queue]
+    for twin in [copy.deepcopy(pool), pickle.loads(pickle.dumps(pool))]:
+        assert [block.block_id for block in twin.free_block_queue] == order
+        assert all(block.pool is not None and block.pool() is twin for block in twin.blocks)
+        assert twin.free_block_queue is not pool.free_block_queue
+        assert set(map(id, twin.free_block_queue)) <= set(map(id, twin.blocks))
+        check_invariants(twin.free_block_queue, pool=twin.blocks[1:])
+        assert [block.block_id for block in twin.get_new_blocks(2)] == order[:2]
+
+
+def test_a_pool_s_queue_copies_and_pickles_through_its_blocks_pool() -> None:
+    """Copying a pool's queue alone reaches the pool through its blocks and fails nowhere.
+
+    The blocks refer to their pool weakly, as vLLM's do, and nothing holds the pool's copy
+    once the copy returns: their reference is dead, or names a pool whose queue is the copy.
+    """
+    pool = BlockPool(5)
+    order = [block.block_id for block in pool.free_block_queue]
+    queue = pool.free_block_queue
+    for twin in [copy.deepcopy(queue), pickle.loads(pickle.dumps(queue))]:
+        copies = twin.get_all_free_blocks()
+        assert [block.block_id for block in copies] == order
+        assert not {id(block) for block in copies} & {id(block) for block in pool.blocks}
+        check_invariants(twin, pool=copies)
+        for block in copies:
+            reference = block.pool
+            assert reference is not None
+            owner = reference()
+            assert owner is None or owner.free_block_queue is twin

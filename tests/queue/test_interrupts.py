@@ -6,11 +6,14 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
 from types import FrameType
 
 import pytest
 
+import verified_queue
 from verified_queue import Block, FreeBlockQueue
 from verified_queue.invariants import check_invariants
 
@@ -76,3 +79,87 @@ def test_batches_interrupted_at_random_points_leave_a_sound_queue() -> None:
         held = [block for block in blocks if block.next_free_block is None]
     assert interrupted >= 20, f"only {interrupted} interrupts in the time allowed"
     print(f"{interrupted} interrupts, queue sound after each", file=sys.stderr)
+
+
+#: The directory of the package under test: its frames may be interrupted.
+_PACKAGE = str(Path(verified_queue.__file__).parent)
+
+
+class RepeatingTimer:
+    """The handler of a repeating timer: it raises TimerFired while armed, twice per call.
+
+    Disarming is a plain assignment (no call, so no point where a handler could run
+    first), so that nothing outside the measured call is interrupted. Two raises per
+    call: the first cuts the batch short, the second the undo (as Ctrl-C pressed twice
+    does). The pure build's undo is promised against two exceptions in a row, at any two
+    points (test_nested_interrupts.py tries every pair), not against an unbounded burst:
+    interpreted code gets no room to make progress when a handler raises at every
+    checkpoint, and a loaded machine, or a long garbage collection, does pile a real
+    timer's signals up into bursts.
+    """
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.left = 0
+
+    def arm(self) -> None:
+        """Let the next two signals raise."""
+        self.left = 2
+        self.armed = True
+
+    def fire(self, _signum: int, frame: FrameType | None) -> None:
+        """The SIGALRM handler: raise while armed, twice at most, in the queue or this test.
+
+        Not in a garbage collector's callback (another library's, say): the collector
+        swallows what such a callback raises, as unraisable.
+        """
+        if frame is None or frame.f_code is RepeatingTimer.fire.__code__:
+            return  # a signal that arrived while this handler ran: its caller decides
+        where = frame.f_code.co_filename
+        ours = where == __file__ or where.startswith(_PACKAGE)
+        if self.armed and self.left > 0 and ours:
+            self.left -= 1
+            raise TimerFired
+
+
+@pytest.mark.production_only
+def test_batches_under_a_repeating_timer_stay_sound() -> None:
+    """Batches hit by a raising signal every 30 us, their undos too, leave the queue sound."""
+    timer = RepeatingTimer()
+    previous = signal.signal(signal.SIGALRM, timer.fire)
+    blocks = [Block() for _ in range(60_000)]
+    queue = FreeBlockQueue(blocks)
+    rng = random.Random(2)
+    interrupted = calls = 0
+    deadline = time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline:
+            held = [block for block in blocks if block.next_free_block is None]
+            size = rng.randrange(5_000, 30_001)
+            before = queue.get_all_free_blocks()
+            call: Callable[[], object]
+            if len(held) < size or rng.randrange(3) == 0:
+                size = min(size, len(queue))
+                call, after = partial(queue.popleft_n, size), before[size:]
+            elif rng.randrange(2):
+                call, after = partial(queue.append_n, held[:size]), before + held[:size]
+            else:
+                call, after = partial(queue.prepend_n, held[:size]), held[:size] + before
+            try:
+                try:
+                    timer.arm()
+                    signal.setitimer(signal.ITIMER_REAL, 30e-6, 30e-6)
+                    call()
+                finally:
+                    timer.armed = False
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            except TimerFired:
+                interrupted += 1
+            # All or nothing (the signal may also come just after the call returned).
+            assert queue.get_all_free_blocks() in (before, after)
+            calls += 1
+            check_invariants(queue, pool=blocks)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert interrupted >= 10, f"only {interrupted} of {calls} calls interrupted"

@@ -294,12 +294,16 @@ def test_append_n_with_linked_block_rejects_whole_batch(bad_position: int) -> No
 
 @pytest.mark.parametrize("batch_shape", [[0, 0], [0, 1, 0], [0, 1, 2, 2], [0, 1, 2, 1]])
 def test_append_n_with_repeated_block_rejects_whole_batch(batch_shape: list[int]) -> None:
-    """A block repeated within one batch is a double free: nothing is linked."""
+    """A block repeated within one batch is refused as repeated there: nothing is linked."""
     queue, blocks = make(2)
     fresh = numbered(3)
     batch = [fresh[i] for i in batch_shape]
     before = snapshot(queue, [*blocks, *fresh])
-    with pytest.raises(AlreadyInQueueError, match="double free"):
+    repeated = batch_shape[-1]
+    with pytest.raises(
+        AlreadyInQueueError,
+        match=rf"^append_n\(NumberedBlock\({repeated}\)\): it is repeated in the batch$",
+    ):
         queue.append_n(batch)
     assert snapshot(queue, [*blocks, *fresh]) == before
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import verified_queue
 from verified_queue.block import Block
@@ -124,6 +125,26 @@ class KVCacheBlock(Block):
     block_hash: BlockHash | None = field(default=None, init=False)
     #: Set on the pool's null block only (P1).
     is_null: bool = field(default=False, kw_only=True)
+
+    def __getstate__(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Save the block as :class:`Block` does, with its pool itself in place of the reference.
+
+        A weak reference can be neither pickled nor copied; the pool it names can, and
+        copy and pickle then give the copy a reference to the pool's copy.
+        """
+        # Block's own, named: super() fails in a class that dataclass(slots=True) rebuilt.
+        attributes, slots = Block.__getstate__(self)
+        reference = slots.get("pool")
+        if isinstance(reference, weakref.ref):
+            slots["pool"] = reference()
+        return attributes, slots
+
+    def __setstate__(self, state: tuple[dict[str, Any] | None, dict[str, Any]]) -> None:
+        """Restore what :meth:`__getstate__` saved, referring to the pool weakly again."""
+        Block.__setstate__(self, state)
+        owner: object = self.pool
+        if owner is not None and not isinstance(owner, weakref.ref):
+            self.pool = weakref.ref(owner)  # type: ignore[arg-type]  # the pool saved above
 
     def set_block_hash(self, block_hash: BlockHash) -> None:
         """Record ``block_hash`` as the block's key; raise :class:`BlockPoolError` if it has one.
@@ -265,6 +286,20 @@ class BlockPool:
     num_evicted: int
     num_touched: int
 
+    def __getstate__(self) -> dict[str, object]:
+        """Save the pool's fields but its weak reference to itself, which cannot be copied."""
+        return {
+            name: getattr(self, name)
+            for name in BlockPool.__slots__
+            if name not in ("__weakref__", "_weak_self") and hasattr(self, name)
+        }
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restore the saved fields and make the copy's weak reference to itself."""
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._weak_self = weakref.ref(self)
+
     def __init__(
         self,
         num_blocks: int,
@@ -394,14 +429,49 @@ class BlockPool:
         free = len(self.free_block_queue)
         if num_blocks > free:
             raise EmptyQueueError(f"cannot get {num_blocks} blocks from a pool with {free} free")
-        blocks = self.free_block_queue.popleft_n(num_blocks)
-        for block in blocks:
-            block_hash = block.block_hash
-            if block_hash is not None:
-                self._evict_cached_hash(block, block_hash)
-            block.ref_cnt = 1  # P2: it was 0 while the block was free
+        blocks: list[KVCacheBlock] = []
+        try:
+            blocks = self.free_block_queue.popleft_n(num_blocks)
+            for block in blocks:
+                block_hash = block.block_hash
+                if block_hash is not None:
+                    self._evict_cached_hash(block, block_hash)
+                block.ref_cnt = 1  # P2: it was 0 while the block was free
+        except BaseException:
+            # Cut short (an interrupt): the caller never gets the blocks, so they go back
+            # to the front, in order, free (P2). A hash already dropped stays dropped, as
+            # lazy eviction may drop any free block's.
+            if not blocks and len(self.free_block_queue) < free:
+                # Taken, but interrupted as the call returned, before its list was stored:
+                # they are the pool's detached blocks that are free by their count (P2).
+                blocks = [
+                    block
+                    for block in self.blocks
+                    if block.ref_cnt == 0 and not block.is_null and block.prev_free_block is None
+                ]
+            for block in blocks:
+                block.ref_cnt = 0
+                self._finish_eviction(block)
+            self.free_block_queue.prepend_n(blocks)
+            raise
         self.num_allocated += num_blocks
         return blocks
+
+    def _finish_eviction(self, block: KVCacheBlock) -> None:
+        """Complete an eviction of ``block`` an interrupt cut short, if one was under way (P3).
+
+        Its hash is dropped if the cache no longer holds it under that hash, and an
+        entry left empty is removed; a block still cached is left as it is.
+        """
+        block_hash = block.block_hash
+        if block_hash is None:
+            return
+        cached = self.cached_block_hash_to_block.get(block_hash)
+        if cached is not None and cached.get(block.block_id) is block:
+            return
+        if cached is not None and not cached:
+            del self.cached_block_hash_to_block[block_hash]
+        block.reset_hash()
 
     def _evict_cached_hash(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Drop ``block``'s hash, ``block_hash``, from the cache and from the block (P3)."""

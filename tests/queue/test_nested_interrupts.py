@@ -1,0 +1,282 @@
+"""A batch's undo completes whatever exception arrives while it runs, and re-raises it.
+
+The exceptions are injected deterministically, at every point where the interpreter can
+run a signal handler (a function's start, a call, a loop's back edge), by a tracer; and,
+during the undo, at every link write, by blocks whose link setters fail. Each case is
+tried with one exception at each point and a second one at each later point.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import pytest
+
+import verified_queue
+from verified_queue import Block, FreeBlockQueue
+from verified_queue import queue as queue_module
+from verified_queue.errors import AlreadyInQueueError
+from verified_queue.invariants import check_invariants
+
+pytestmark = pytest.mark.skipif(
+    verified_queue.COMPILED,
+    reason="the compiled queue runs no Python code between its link writes, and links "
+    "Block subclasses only (no failing setter); test_interrupts.py covers it with a timer",
+)
+
+#: The instructions before which CPython may run a signal handler (the eval breaker).
+CHECKPOINTS = frozenset(
+    name
+    for name in (
+        "RESUME",
+        "CALL",
+        "CALL_FUNCTION_EX",
+        "CALL_KW",
+        "JUMP_BACKWARD",
+        "POP_JUMP_BACKWARD_IF_FALSE",
+        "POP_JUMP_BACKWARD_IF_TRUE",
+        "POP_JUMP_BACKWARD_IF_NONE",
+        "POP_JUMP_BACKWARD_IF_NOT_NONE",
+    )
+    if name in dis.opmap
+)
+
+
+class Injected(Exception):
+    """An exception that arrived from outside, as KeyboardInterrupt does from a signal."""
+
+
+@dataclass
+class Faults:
+    """Raise :class:`Injected` at the given event numbers; count the events and what fired."""
+
+    at: frozenset[int] = frozenset()
+    events: int = 0
+    fired: list[Injected] = field(default_factory=list)
+
+    def event(self) -> None:
+        """Count one event; raise if it is one of those chosen."""
+        self.events += 1
+        if self.events in self.at:
+            error = Injected(self.events)
+            self.fired.append(error)
+            raise error
+
+
+@contextmanager
+def at_checkpoints(faults: Faults) -> Iterator[None]:
+    """Count every checkpoint the queue module's code passes, raising where ``faults`` says.
+
+    A trace function that raises is uninstalled by the interpreter, which then drops the
+    frame's local trace function: each frame gets its own, whose finalizer installs the
+    tracer again, so that a second fault can be injected into the undo the first started.
+    """
+    queue_file = queue_module.__file__
+    active = True
+
+    class LocalTrace:
+        """The trace function of one frame of the queue module."""
+
+        def __call__(self, frame: FrameType, event: str, _arg: object) -> Any:
+            del self  # the traceback of a fault must not keep this object alive
+            if event == "opcode":
+                name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+                if name in CHECKPOINTS:
+                    faults.event()
+            return frame.f_trace
+
+        def __del__(self) -> None:
+            if active and sys.gettrace() is None:
+                sys.settrace(tracer)
+
+    def tracer(frame: FrameType, event: str, _arg: object) -> Any:
+        if event == "call" and frame.f_code.co_filename == queue_file:
+            frame.f_trace_opcodes = True
+            frame.f_trace = LocalTrace()  # held by the frame only (see above)
+            faults.event()  # the function's start (RESUME), which no opcode event reports
+            return frame.f_trace
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        yield
+    finally:
+        active = False
+        sys.settrace(previous)
+
+
+#: The functions that undo a batch: the setters fail only when called from them, since a
+#: failing setter elsewhere is not an interrupt (and only the pure build takes such blocks).
+UNDO_FUNCTIONS = frozenset({"_unlink_run", "_finish_unlink", "_relink_taken"})
+
+
+class SetterFaults:
+    """The faults of the blocks' link setters during an undo: off until armed."""
+
+    armed: Faults | None = None
+
+    @classmethod
+    def write(cls) -> None:
+        """Count a link write made by an undo (the setter's caller's caller), maybe raising."""
+        if cls.armed is not None and sys._getframe(2).f_code.co_name in UNDO_FUNCTIONS:
+            cls.armed.event()
+
+
+class FailingSetterBlock:
+    """A block whose link setters raise instead of writing where the armed faults say."""
+
+    __slots__ = ("_next", "_prev", "number")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self._prev: Any = None
+        self._next: Any = None
+
+    @property
+    def prev_free_block(self) -> Any:
+        """The back link."""
+        return self._prev
+
+    @prev_free_block.setter
+    def prev_free_block(self, value: Any) -> None:
+        SetterFaults.write()
+        self._prev = value
+
+    @property
+    def next_free_block(self) -> Any:
+        """The forward link."""
+        return self._next
+
+    @next_free_block.setter
+    def next_free_block(self, value: Any) -> None:
+        SetterFaults.write()
+        self._next = value
+
+    def __repr__(self) -> str:
+        return f"<block {self.number}>"
+
+
+#: A case: build the blocks, the queue and the call; return them with the order after success.
+Case = Callable[[], tuple[list[Any], FreeBlockQueue[Any], Callable[[], object], list[Any]]]
+
+
+def _blocks(kind: type, count: int) -> list[Any]:
+    return (
+        [kind(number) for number in range(count)]
+        if kind is FailingSetterBlock
+        else [Block() for _ in range(count)]
+    )
+
+
+def _cases(kind: type) -> dict[str, Case]:
+    def append_refused() -> Any:
+        blocks = _blocks(kind, 8)
+        queue = FreeBlockQueue(blocks[:3])
+        before = queue.get_all_free_blocks()
+        return blocks, queue, lambda: queue.append_n([*blocks[3:7], blocks[1]]), before
+
+    def prepend_refused() -> Any:
+        blocks = _blocks(kind, 8)
+        queue = FreeBlockQueue(blocks[:3])
+        before = queue.get_all_free_blocks()
+        return blocks, queue, lambda: queue.prepend_n([*blocks[3:7], blocks[3]]), before
+
+    def append_accepted() -> Any:
+        blocks = _blocks(kind, 8)
+        queue = FreeBlockQueue(blocks[:3])
+        return blocks, queue, lambda: queue.append_n(blocks[3:7]), blocks[:7]
+
+    def prepend_accepted() -> Any:
+        blocks = _blocks(kind, 8)
+        queue = FreeBlockQueue(blocks[:3])
+        after = [*blocks[3:7], *blocks[:3]]
+        return blocks, queue, lambda: queue.prepend_n(blocks[3:7]), after
+
+    def popleft_n_taken() -> Any:
+        blocks = _blocks(kind, 8)
+        queue = FreeBlockQueue(blocks[:6])
+        return blocks, queue, lambda: queue.popleft_n(4), blocks[4:6]
+
+    return {
+        "append_n refused": append_refused,
+        "prepend_n refused": prepend_refused,
+        "append_n": append_accepted,
+        "prepend_n": prepend_accepted,
+        "popleft_n": popleft_n_taken,
+    }
+
+
+def _run(case: Case, faults: Faults, inject: Callable[[Faults], Any]) -> str:
+    """Run ``case`` with ``faults``; check the outcome; return a description of any failure."""
+    blocks, queue, call, after = case()
+    before = queue.get_all_free_blocks()
+    raised: BaseException | None = None
+    with inject(faults):
+        try:
+            call()
+        except (Injected, AlreadyInQueueError) as error:
+            raised = error
+    try:
+        check_invariants(queue, pool=blocks)
+    except AssertionError as damage:
+        return f"faults at {sorted(faults.at)}: {damage}"
+    order = queue.get_all_free_blocks()
+    if raised is None:
+        if order != after or faults.fired:
+            return f"faults at {sorted(faults.at)}: returned, but {faults.fired} fired"
+        return ""
+    if order != before:
+        return f"faults at {sorted(faults.at)}: raised {raised!r}, not all undone"
+    if faults.fired and raised is not faults.fired[-1]:
+        return f"faults at {sorted(faults.at)}: raised {raised!r}, not {faults.fired[-1]!r}"
+    return ""
+
+
+def _every_pair(case: Case, inject: Callable[[Faults], Any], first: range | None = None) -> None:
+    """One fault at each event and a second at each later event; every outcome is sound."""
+    counting = Faults()
+    assert _run(case, counting, inject) == ""
+    events = counting.events + 2
+    failures = []
+    for one in first or range(1, events):
+        faults = Faults(frozenset({one}))
+        failures.append(_run(case, faults, inject))
+        # The second fault may fall in the undo: its events come after the first fault.
+        for two in range(one + 1, faults.events + 2):
+            failures.append(_run(case, Faults(frozenset({one, two})), inject))
+    failures = [failure for failure in failures if failure]
+    assert not failures, f"{len(failures)} faulty outcomes, first: {failures[:3]}"
+
+
+@pytest.mark.parametrize("name", sorted(_cases(Block)))
+def test_exceptions_at_every_checkpoint_and_a_second_at_every_later_one(name: str) -> None:
+    """An exception at any checkpoint, and another at any later one, leaves all undone or done."""
+    _every_pair(_cases(Block)[name], at_checkpoints)
+
+
+@contextmanager
+def _setters(faults: Faults) -> Iterator[None]:
+    SetterFaults.armed = faults
+    try:
+        yield
+    finally:
+        SetterFaults.armed = None
+
+
+@contextmanager
+def _everywhere(faults: Faults) -> Iterator[None]:
+    with at_checkpoints(faults), _setters(faults):
+        yield
+
+
+@pytest.mark.parametrize("name", sorted(_cases(FailingSetterBlock)))
+def test_exceptions_at_every_checkpoint_and_link_write_and_a_second_later(name: str) -> None:
+    """An exception at any checkpoint or link write, and another at any later one, loses nothing."""
+    _every_pair(_cases(FailingSetterBlock)[name], _everywhere)
