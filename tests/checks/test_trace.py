@@ -33,7 +33,8 @@ from verified_queue import (
 )
 from verified_queue import traced as traced_module
 from verified_queue._trace_records import Caller, Recorded
-from verified_queue.kvcache.pool import BlockPool, DoubleFreeError
+from verified_queue.kvcache.errors import DoubleFreeError
+from verified_queue.kvcache.pool import BlockPool
 from verified_queue.queue import EMPTY_QUEUE_MESSAGE
 from verified_queue.traced import (
     DEFAULT_HISTORY,

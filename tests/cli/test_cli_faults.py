@@ -14,8 +14,8 @@ import pytest
 
 from verified_queue.__main__ import BROKEN_PIPE, INTERRUPTED, USAGE_ERROR, main
 from verified_queue._switch import LEVELS
-from verified_queue.cli import demo
-from verified_queue.cli.demo import MAX_WAITING, DemoConfig, run_demo
+from verified_queue.cli.demo import DemoConfig, run_demo
+from verified_queue.cli.simulation import MAX_WAITING, Simulation
 
 #: Run the installed package in a child, not the checkout's copy.
 ROOT = Path(__file__).anchor
@@ -115,7 +115,7 @@ def test_without_checks_the_demo_does_not_claim_checks_passed() -> None:
 def test_the_backlog_of_a_huge_request_count_is_bounded() -> None:
     """However many requests are asked for, at most MAX_WAITING wait in memory at once."""
     config = DemoConfig(requests=10**12, checks=False, arrivals_per_step=3_000, max_running=4)
-    simulation = demo._Simulation(config, io.StringIO())
+    simulation = Simulation(config, io.StringIO())
     longest = 0
 
     class Enough(Exception):

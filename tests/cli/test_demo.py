@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from verified_queue.__main__ import main
-from verified_queue.cli import demo
+from verified_queue.cli import simulation
 from verified_queue.cli.demo import FAULTS, DemoConfig, DemoReport, run_demo
 from verified_queue.kvcache.pool import BlockPool
 
@@ -107,14 +107,14 @@ def test_the_run_is_reproducible_from_its_seed() -> None:
 def test_the_hit_rate_counts_each_prompt_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompt tokens are counted at first admission only, not again after a preemption."""
     prompt_lengths: list[int] = []
-    original = demo._Simulation._new_request
+    original = simulation.Simulation._new_request
 
-    def recording_new_request(simulation: demo._Simulation) -> demo._Request:
+    def recording_new_request(simulation: simulation.Simulation) -> simulation.Request:
         request = original(simulation)
         prompt_lengths.append(request.num_prompt_tokens)
         return request
 
-    monkeypatch.setattr(demo._Simulation, "_new_request", recording_new_request)
+    monkeypatch.setattr(simulation.Simulation, "_new_request", recording_new_request)
     report, _ = run_quietly(SMALL)
     assert report.preemptions > 0  # so some requests were admitted twice
     assert report.prompt_tokens == sum(prompt_lengths)
@@ -345,7 +345,7 @@ def test_the_demo_runs_as_a_module_in_a_fresh_process(tmp_path: Path) -> None:
 
 def test_an_injected_double_free_names_the_line_of_the_first_free() -> None:
     """Under --inject the demo runs traced: a double free names _finish's first free's line."""
-    source, start = inspect.getsourcelines(demo._Simulation._finish)
+    source, start = inspect.getsourcelines(simulation.Simulation._finish)
     first_free = next(
         start + offset
         for offset, line in enumerate(source)
@@ -355,7 +355,7 @@ def test_an_injected_double_free_names_the_line_of_the_first_free() -> None:
     assert report.status == 1
     assert "trace level" in output
     freed = report.result.split("freed before by: ")[1].splitlines()[0]
-    assert f"demo.py:{first_free} in _finish" in freed
+    assert f"simulation.py:{first_free} in _finish" in freed
 
 
 def test_no_trace_leaves_an_injected_fault_to_plain_check_mode() -> None:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import (
     BUILTIN_ROOT,
     DEFAULT_KEY_FUNCTION,
@@ -30,7 +31,7 @@ from verified_queue.kvcache.keys import (
     key_function_by_name,
     sha256_block_key,
 )
-from verified_queue.kvcache.pool import BlockPool, KVCacheBlock
+from verified_queue.kvcache.pool import BlockPool
 
 BLOCK_SIZE = 4
 

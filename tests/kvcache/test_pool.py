@@ -20,14 +20,10 @@ from verified_queue import (
     NegativeCountError,
     NotInQueueError,
 )
+from verified_queue.kvcache.block import KVCacheBlock
+from verified_queue.kvcache.errors import BlockPoolError, DoubleFreeError
 from verified_queue.kvcache.keys import BlockHash, hash_request_tokens
-from verified_queue.kvcache.pool import (
-    BlockPool,
-    BlockPoolError,
-    DoubleFreeError,
-    KVCacheBlock,
-    QueueFactory,
-)
+from verified_queue.kvcache.pool import BlockPool, QueueFactory
 from verified_queue.queue import FreeBlockQueue
 
 BLOCK_SIZE = 4

@@ -56,121 +56,18 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import verified_queue
-from verified_queue.block import Block
-from verified_queue.errors import AlreadyInQueueError, EmptyQueueError, QueueError
-from verified_queue.kvcache.keys import (
-    BlockHash,
-)
+from verified_queue.errors import EmptyQueueError
+from verified_queue.kvcache.block import KVCacheBlock, show_hash
+from verified_queue.kvcache.errors import BlockPoolError, DoubleFreeError
+from verified_queue.kvcache.keys import BlockHash
 from verified_queue.queue import FreeBlockQueue
 
-__all__ = [
-    "BlockPool",
-    "BlockPoolError",
-    "DoubleFreeError",
-    "KVCacheBlock",
-    "QueueFactory",
-]
+__all__ = ["BlockPool", "QueueFactory"]
 
 #: Builds a pool's free queue from the blocks, front to back (the class itself, or a partial).
 QueueFactory = Callable[[list["KVCacheBlock"]], FreeBlockQueue["KVCacheBlock"]]
-
-
-class BlockPoolError(QueueError, ValueError):
-    """The pool was asked for something its invariants forbid (caching a block twice, say)."""
-
-
-class DoubleFreeError(BlockPoolError, AlreadyInQueueError):
-    """``free_blocks`` was given a block more often than it is held (a double free)."""
-
-
-def _show_hash(block_hash: object) -> str:
-    """Show a key by its first bytes: enough to tell keys apart, short enough for diagnostics."""
-    if isinstance(block_hash, bytes):
-        return f"{block_hash[:6].hex()}..."
-    return repr(block_hash)
-
-
-# eq=False: a block's identity is its only equality. The generated field-wise
-# __eq__ vLLM's KVCacheBlock keeps would call block 3 of two pools equal, and
-# would make blocks unhashable.
-@dataclass(slots=True, eq=False, repr=False)
-class KVCacheBlock(Block):
-    """One KV-cache block: its id, how many requests use it, its pool, and its cache key once full.
-
-    The fields follow vLLM 0.34.0's ``KVCacheBlock``: ``pool`` is keyword-only
-    and a weak reference to the pool, and ``block_hash`` is a plain field, set
-    with :meth:`set_block_hash` (which refuses a second key) and cleared with
-    :meth:`reset_hash`; the pool relies on nothing else writing it (P3).
-
-    >>> block = KVCacheBlock(3)
-    >>> block
-    KVCacheBlock(block_id=3, ref_cnt=0, block_hash=None)
-    >>> block.prev_free_block is None  # detached until a queue links it
-    True
-    >>> block.set_block_hash(BlockHash(bytes(range(32))))
-    >>> block
-    KVCacheBlock(block_id=3, ref_cnt=0, block_hash=000102030405...)
-    """
-
-    block_id: int
-    ref_cnt: int = 0
-    #: A weak reference to the pool the block belongs to; ``free_blocks`` hands the block
-    #: back to that pool while it lives.
-    pool: weakref.ref[BlockPool] | None = field(default=None, kw_only=True)
-    #: The block's prefix-cache key, or ``None`` when it is not cached.
-    block_hash: BlockHash | None = field(default=None, init=False)
-    #: Set on the pool's null block only (P1).
-    is_null: bool = field(default=False, kw_only=True)
-
-    def __getstate__(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """Save the block as :class:`Block` does, with its pool itself in place of the reference.
-
-        A weak reference can be neither pickled nor copied; the pool it names can, and
-        copy and pickle then give the copy a reference to the pool's copy.
-        """
-        # Block's own, named: super() fails in a class that dataclass(slots=True) rebuilt.
-        attributes, slots = Block.__getstate__(self)
-        reference = slots.get("pool")
-        if isinstance(reference, weakref.ref):
-            slots["pool"] = reference()
-        return attributes, slots
-
-    def __setstate__(self, state: tuple[dict[str, Any] | None, dict[str, Any]]) -> None:
-        """Restore what :meth:`__getstate__` saved, referring to the pool weakly again."""
-        Block.__setstate__(self, state)
-        owner: object = self.pool
-        if owner is not None and not isinstance(owner, weakref.ref):
-            self.pool = weakref.ref(owner)  # type: ignore[arg-type]  # the pool saved above
-
-    def set_block_hash(self, block_hash: BlockHash) -> None:
-        """Record ``block_hash`` as the block's key; raise :class:`BlockPoolError` if it has one.
-
-        Runtime complexity: O(1)
-        """
-        if self.block_hash is not None:
-            raise BlockPoolError(f"{self!r} has a hash already")
-        self.block_hash = block_hash
-
-    def reset_hash(self) -> None:
-        """Forget the block's key (it was evicted from the cache).
-
-        Runtime complexity: O(1)
-        """
-        self.block_hash = None
-
-    def __repr__(self) -> str:
-        """Show id, count and the key's first bytes, never the neighbours or the pool.
-
-        Runtime complexity: O(1)
-        """
-        return (
-            f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, "
-            f"block_hash={_show_hash(self.block_hash)})"
-        )
 
 
 class _FreePlan:
@@ -587,7 +484,7 @@ class BlockPool:
         >>> pool.free_blocks(blocks[:1])
         Traceback (most recent call last):
           ...
-        verified_queue.kvcache.pool.DoubleFreeError: free_blocks(...): ... to -1 (a double free?)
+        verified_queue.kvcache.errors.DoubleFreeError: free_blocks(...): ... to -1 (a double free?)
         """
         if type(evict_first) is not bool:
             raise TypeError(f"free_blocks(evict_first={evict_first!r}): expected True or False")
@@ -732,9 +629,7 @@ class BlockPool:
                 raise BlockPoolError(f"{block!r} is not cached under its hash (P3)")
         for block_hash, cached in self.cached_block_hash_to_block.items():
             if not cached:
-                raise BlockPoolError(
-                    f"an empty entry is cached under {_show_hash(block_hash)} (P3)"
-                )
+                raise BlockPoolError(f"an empty entry is cached under {show_hash(block_hash)} (P3)")
             for block_id, block in cached.items():
                 if block.block_id != block_id or block.block_hash != block_hash:
                     raise BlockPoolError(f"{block!r} is cached under a hash it lacks (P3)")
