@@ -21,6 +21,12 @@ from verified_queue.cli.simulation import MAX_WAITING, Simulation
 ROOT = Path(__file__).anchor
 
 
+def _default_sigint() -> None:  # pragma: no cover -- runs in the child
+    """Undo an inherited SIG_IGN: a job started in the background of a script ignores SIGINT,
+    and Python then installs no KeyboardInterrupt for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _child(*arguments: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start ``python -m verified_queue ARGUMENTS`` with its output piped back."""
     return subprocess.Popen(
@@ -30,6 +36,7 @@ def _child(*arguments: str, env: dict[str, str] | None = None) -> subprocess.Pop
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=None if sys.platform == "win32" else _default_sigint,  # noqa: PLW1509 -- it only resets one signal
     )
 
 
@@ -50,12 +57,15 @@ def test_a_reader_that_leaves_early_ends_the_run_with_141_and_no_traceback() -> 
 def test_ctrl_c_during_the_demo_prints_the_report_so_far_and_exits_130() -> None:
     """Ctrl-C in a long demo prints the partial report and exits 130, without a traceback."""
     with _child("demo", "--requests", "100000000", "--no-checks") as child:
-        assert child.stdout is not None
-        assert child.stdout.readline().startswith("verified_queue ")
-        assert child.stdout.readline().startswith("simulating ")
-        time.sleep(1)  # into the simulation proper (building the pool takes milliseconds)
-        child.send_signal(signal.SIGINT)
-        output, errors = child.communicate(timeout=300)
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().startswith("verified_queue ")
+            assert child.stdout.readline().startswith("simulating ")
+            time.sleep(1)  # into the simulation proper (building the pool takes milliseconds)
+            child.send_signal(signal.SIGINT)
+            output, errors = child.communicate(timeout=300)
+        finally:
+            child.kill()  # a child that ignored the signal would otherwise run for hours
     assert child.returncode == INTERRUPTED, errors
     assert "Traceback" not in errors
     assert "  result                 INTERRUPTED (Ctrl-C) after " in output, output
