@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +58,9 @@ def test_a_reader_that_leaves_early_ends_the_run_with_141_and_no_traceback() -> 
 def test_ctrl_c_during_the_demo_prints_the_report_so_far_and_exits_130() -> None:
     """Ctrl-C in a long demo prints the partial report and exits 130, without a traceback."""
     with _child("demo", "--requests", "100000000", "--no-checks") as child:
+        # Whatever goes wrong (a line never flushed, the signal ignored), the child dies.
+        deadline = threading.Timer(300, child.kill)
+        deadline.start()
         try:
             assert child.stdout is not None
             assert child.stdout.readline().startswith("verified_queue ")
@@ -65,6 +69,7 @@ def test_ctrl_c_during_the_demo_prints_the_report_so_far_and_exits_130() -> None
             child.send_signal(signal.SIGINT)
             output, errors = child.communicate(timeout=300)
         finally:
+            deadline.cancel()
             child.kill()  # a child that ignored the signal would otherwise run for hours
     assert child.returncode == INTERRUPTED, errors
     assert "Traceback" not in errors

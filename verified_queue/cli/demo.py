@@ -111,6 +111,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoReport:
         f"simulating {config.requests:,} requests on a pool of {config.blocks:,} blocks "
         f"x {config.block_size} tokens, seed {config.seed}, {config.key_function} keys, {mode}",
         file=out,
+        flush=True,  # a log piped elsewhere shows the run started, not only when it ends
     )
     simulation = Simulation(config, out)
     report = simulation.report

@@ -461,7 +461,9 @@ class Simulation:
         self.report.fault_planted = fault
         self.report.pool_calls_at_fault = self.report.pool_calls
         print(
-            f"  [fault] planting {fault} at request {request.index}: {FAULTS[fault]}", file=self.out
+            f"  [fault] planting {fault} at request {request.index}: {FAULTS[fault]}",
+            file=self.out,
+            flush=True,
         )
 
     def _faulty_call(self, call: Callable[[_T], None], argument: _T) -> None:
@@ -478,6 +480,7 @@ class Simulation:
             f"{self.pool.get_num_free_blocks():>7,} blocks free, "
             f"hit rate {report.hit_rate:6.1%}, {seconds:6.1f} s",
             file=self.out,
+            flush=True,  # progress in a piped log must show as it happens
         )
 
 
