@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from verified_queue._messages import can_link, not_a_block, not_linked
-from verified_queue.block import Block, Sentinel
+from verified_queue._messages import can_link, is_sentinel, not_a_block, not_linked
+from verified_queue.block import Block
 from verified_queue.errors import InvariantViolation, NotInQueueError, QueueError
 from verified_queue.invariants import (
     NO_LINK,
@@ -296,7 +296,7 @@ def not_a_member(
     queue: CheckedFreeBlockQueue[Any], block: object, operation: str = "remove"
 ) -> QueueError:
     """The error for a non-member where a member is needed (foreign, detached, spliced in)."""
-    if isinstance(block, Sentinel):
+    if is_sentinel(block):  # not isinstance: a hostile proxy's __class__ may raise
         return not_linked(operation, block)
     if not can_link(block):
         return not_a_block(operation, block)  # the production queue's WrongTypeError

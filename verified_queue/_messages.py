@@ -31,6 +31,7 @@ __all__ = [
     "describe",
     "first_unlinkable",
     "has_unlinkable",
+    "is_sentinel",
     "lost_inner_link",
     "not_a_block",
     "not_linked",
@@ -64,7 +65,7 @@ def already_linked(
     after: a block found walking back from ``last`` to ``before`` was linked by
     the batch itself, so it is repeated in the batch, not a double free.
     """
-    if _is_sentinel(block):
+    if is_sentinel(block):
         reason = "it is a queue sentinel"
     elif _linked_since(block, last, before):
         reason = "it is repeated in the batch"
@@ -73,7 +74,7 @@ def already_linked(
     return AlreadyInQueueError(f"{operation}({describe(block)}): {reason}")
 
 
-def _is_sentinel(value: object) -> bool:
+def is_sentinel(value: object) -> bool:
     """``isinstance(value, Sentinel)``, or ``False`` if even that raises (a hostile proxy)."""
     try:
         return isinstance(value, Sentinel)
@@ -93,7 +94,7 @@ def _linked_since(block: object, last: object, before: object) -> bool:
 
 def not_linked(operation: str, block: object) -> NotInQueueError:
     """Build the error for a block that is not linked where ``operation`` needs it."""
-    if not _is_sentinel(block):
+    if not is_sentinel(block):
         reason = "it is not linked in a queue"
     elif operation == "remove":
         reason = "it is a queue sentinel, which never leaves its queue"

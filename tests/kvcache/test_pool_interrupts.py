@@ -22,6 +22,8 @@ class Interrupted(BaseException):
 CHECKPOINTS = frozenset(
     {"RESUME", "CALL", "CALL_FUNCTION_EX", "CALL_KW", "JUMP_BACKWARD"}
     | {f"POP_JUMP_BACKWARD_IF_{test}" for test in ("FALSE", "TRUE", "NONE", "NOT_NONE")}
+    # Python 3.10's names for calls and backward jumps.
+    | {"CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_METHOD", "JUMP_ABSOLUTE"}
 )
 
 

@@ -43,6 +43,11 @@ CHECKPOINTS = frozenset(
         "POP_JUMP_BACKWARD_IF_TRUE",
         "POP_JUMP_BACKWARD_IF_NONE",
         "POP_JUMP_BACKWARD_IF_NOT_NONE",
+        # Python 3.10's names for calls and backward jumps.
+        "CALL_FUNCTION",
+        "CALL_FUNCTION_KW",
+        "CALL_METHOD",
+        "JUMP_ABSOLUTE",
     )
     if name in dis.opmap
 )

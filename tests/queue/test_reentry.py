@@ -10,6 +10,7 @@ the queue must be sound and every block outside it detached.
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -83,9 +84,23 @@ OPEN = {
         pytest.param(
             operation,
             reentry,
-            marks=[pytest.mark.xfail(reason="open: a refused batch is re-entered half linked")]
+            marks=[
+                # Not strict: check mode, and Pythons whose collector runs at checkpoints
+                # rather than allocations, never reach the window, and pass.
+                pytest.mark.xfail(
+                    strict=False, reason="open: a refused batch is re-entered half linked"
+                )
+            ]
             if (operation, reentry) in OPEN
-            else [],
+            else [
+                # From 3.12 the collector runs at the eval breaker's checkpoints, so it can
+                # also run at popleft_n's range() call, a window still open (issue 20).
+                pytest.mark.xfail(
+                    sys.version_info >= (3, 12),
+                    strict=False,
+                    reason="open on 3.12+: the collector may run at popleft_n's range() call",
+                )
+            ],
         )
         for operation in sorted(OPERATIONS)
         for reentry in sorted(REENTRIES)
