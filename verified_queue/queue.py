@@ -359,27 +359,32 @@ class FreeBlockQueue(Generic[B]):
         if count > self.num_free_blocks:
             raise too_few_blocks(count, self.num_free_blocks)
         following: Block | None = None
+        # Three handlers deep, so that the undo runs whatever two exceptions arrive as the
+        # handlers begin (see the note above _not_a_block_error); each finishes what the
+        # one inside left, and does nothing if that one completed.
         try:
-            block: Block = head.next_free_block  # type: ignore[assignment]  # I1
-            for index in range(count):
-                popped[index] = block  # type: ignore[assignment]  # I2: count <= n, never the tail
-                following = block.next_free_block
-                # I4: each popped block leaves detached.
-                block.prev_free_block = block.next_free_block = None
-                block = following  # type: ignore[assignment]  # I1: set on every linked block
-        except BaseException as error:
-            # A signal between two blocks, or a None link inside the counted run (I1 broken
-            # by outside code): put every block taken so far back where it was.
             try:
-                arrived = _relink_taken(head, popped, following)
-            except BaseException as again:
-                # It arrived as the undo began, before its own retry loop: begin again.
-                arrived = _relink_taken(head, popped, following) or again
-            if arrived is not None:
-                raise arrived  # noqa: B904 -- it carries the first error as its __context__
-            if isinstance(error, (AttributeError, TypeError)):
-                raise lost_inner_link("popleft_n", "head") from None
-            raise
+                try:
+                    block: Block = head.next_free_block  # type: ignore[assignment]  # I1
+                    for index in range(count):
+                        popped[index] = block  # type: ignore[assignment]  # I2: count <= n, never the tail
+                        following = block.next_free_block
+                        # I4: each popped block leaves detached.
+                        block.prev_free_block = block.next_free_block = None
+                        block = following  # type: ignore[assignment]  # I1: set on every linked block
+                except BaseException as error:
+                    # A signal between two blocks, or a None link inside the counted run (I1
+                    # broken by outside code): put every block taken so far back where it was.
+                    arrived = _relink_taken(head, popped, following)
+                    if arrived is not None:
+                        raise arrived  # noqa: B904 -- it carries the first error as its __context__
+                    if isinstance(error, (AttributeError, TypeError)):
+                        raise lost_inner_link("popleft_n", "head") from None
+                    raise
+            except BaseException as arrived:
+                raise _relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+        except BaseException as arrived:
+            raise _relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
         # Splice the run out: the first kept block (or the tail) follows the head.
         head.next_free_block = block
         block.prev_free_block = head
@@ -485,29 +490,27 @@ class FreeBlockQueue(Generic[B]):
         # a signal handler can raise at a call, and nothing could then undo the links.
         added = len(batch)
         last: Block = before
+        # Three handlers deep, as in popleft_n: the first undoes, the other two finish it.
         try:
-            node: Block
-            for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
-                if node.next_free_block is not None or node.prev_free_block is not None:
-                    # I4: only a detached block may join.
-                    raise already_linked("append_n", node, last, before)
-                node.prev_free_block = last
-                last.next_free_block = node
-                last = node
-        except BaseException as error:
-            # Each step of the undo starts inside a try of this frame, so that an exception
-            # arriving as one starts is caught too (see _finish_unlink).
             try:
-                _unlink_run(before, last, tail)
-            except BaseException as again:
                 try:
-                    arrived = _finish_unlink(batch, before, tail, again)
-                except BaseException as later:  # as it began: it is restartable
-                    arrived = _finish_unlink(batch, before, tail, later)
-                raise arrived from None
-            if _not_a_block_error(error, batch):
-                raise not_a_block("append_n", first_unlinkable(batch)) from None
-            raise
+                    node: Block
+                    for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
+                        if node.next_free_block is not None or node.prev_free_block is not None:
+                            # I4: only a detached block may join.
+                            raise already_linked("append_n", node, last, before)
+                        node.prev_free_block = last
+                        last.next_free_block = node
+                        last = node
+                except BaseException as error:
+                    _unlink_run(before, last, tail)
+                    if _not_a_block_error(error, batch):
+                        raise not_a_block("append_n", first_unlinkable(batch)) from None
+                    raise
+            except BaseException as arrived:
+                raise _finish_unlink(batch, before, tail, arrived)  # noqa: B904 -- the chain is kept
+        except BaseException as arrived:
+            raise _finish_unlink(batch, before, tail, arrived)  # noqa: B904 -- the chain is kept
         # Close the chain on the tail: until here its back link kept the old chain intact.
         last.next_free_block = tail
         tail.prev_free_block = last
@@ -537,29 +540,27 @@ class FreeBlockQueue(Generic[B]):
             raise lost_inner_link("prepend_n", "head")
         added = len(batch)  # before the links close, as in append_n
         last: Block = head
+        # Three handlers deep, as in popleft_n: the first undoes, the other two finish it.
         try:
-            node: Block
-            for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
-                if node.next_free_block is not None or node.prev_free_block is not None:
-                    # I4: only a detached block may join.
-                    raise already_linked("prepend_n", node, last, head)
-                node.prev_free_block = last
-                last.next_free_block = node
-                last = node
-        except BaseException as error:
-            # Each step of the undo starts inside a try of this frame, so that an exception
-            # arriving as one starts is caught too (see _finish_unlink).
             try:
-                _unlink_run(head, last, after)
-            except BaseException as again:
                 try:
-                    arrived = _finish_unlink(batch, head, after, again)
-                except BaseException as later:  # as it began: it is restartable
-                    arrived = _finish_unlink(batch, head, after, later)
-                raise arrived from None
-            if _not_a_block_error(error, batch):
-                raise not_a_block("prepend_n", first_unlinkable(batch)) from None
-            raise
+                    node: Block
+                    for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
+                        if node.next_free_block is not None or node.prev_free_block is not None:
+                            # I4: only a detached block may join.
+                            raise already_linked("prepend_n", node, last, head)
+                        node.prev_free_block = last
+                        last.next_free_block = node
+                        last = node
+                except BaseException as error:
+                    _unlink_run(head, last, after)
+                    if _not_a_block_error(error, batch):
+                        raise not_a_block("prepend_n", first_unlinkable(batch)) from None
+                    raise
+            except BaseException as arrived:
+                raise _finish_unlink(batch, head, after, arrived)  # noqa: B904 -- the chain is kept
+        except BaseException as arrived:
+            raise _finish_unlink(batch, head, after, arrived)  # noqa: B904 -- the chain is kept
         # Close the chain on the old front: until here its back link named the head.
         last.next_free_block = after
         after.prev_free_block = last
@@ -589,8 +590,11 @@ class FreeBlockQueue(Generic[B]):
 # hold its value yet, so a pass cut short after any write leaves a state the next pass
 # starts from, and progress kept in locals carries over. The retry loops are nested
 # because the interpreter may run a signal handler at a loop's back edge, outside its
-# try. What arrived last is raised in the end (with the earlier errors as its
-# __context__): the undo completes, and the interrupt is not swallowed.
+# try, and Python 3.10 also runs one as a handler begins, before its first line: what
+# it raises there skips that handler for the next one out. So the batch methods nest
+# three handlers, enough for a refusal followed by two interrupts. What arrived last is
+# raised in the end (with the earlier errors as its __context__): the undo completes,
+# and the interrupt is not swallowed.
 
 
 def _not_a_block_error(error: BaseException, batch: list[B]) -> bool:

@@ -1,7 +1,8 @@
 """A batch's undo completes whatever exception arrives while it runs, and re-raises it.
 
 The exceptions are injected deterministically, at every point where the interpreter can
-run a signal handler (a function's start, a call, a loop's back edge), by a tracer; and,
+run a signal handler (a function's start, a call, a loop's back edge, and on Python 3.10 an
+exception handler's start), by a tracer; and,
 during the undo, at every link write, by blocks whose link setters fail. Each case is
 tried with one exception at each point and a second one at each later point.
 """
@@ -9,11 +10,12 @@ tried with one exception at each point and a second one at each later point.
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -51,6 +53,21 @@ CHECKPOINTS = frozenset(
     )
     if name in dis.opmap
 )
+
+#: Python 3.10 also runs pending signal handlers as an exception handler begins: the
+#: unwinding jumps to the handler through the top of the interpreter loop, where the eval
+#: breaker is checked, and what a handler raises there skips the clause it was entering.
+HANDLER_STARTS_ARE_CHECKPOINTS = sys.version_info < (3, 11)
+
+
+@functools.cache
+def _handler_starts(code: CodeType) -> frozenset[int]:
+    """The offsets where the exception handlers of ``code`` begin (Python 3.10's blocks)."""
+    return frozenset(
+        instruction.argval
+        for instruction in dis.get_instructions(code)
+        if instruction.opname in ("SETUP_FINALLY", "SETUP_WITH", "SETUP_ASYNC_WITH")
+    )
 
 
 class Injected(Exception):
@@ -92,7 +109,10 @@ def at_checkpoints(faults: Faults) -> Iterator[None]:
             del self  # the traceback of a fault must not keep this object alive
             if event == "opcode":
                 name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
-                if name in CHECKPOINTS:
+                if name in CHECKPOINTS or (
+                    HANDLER_STARTS_ARE_CHECKPOINTS
+                    and frame.f_lasti in _handler_starts(frame.f_code)
+                ):
                     faults.event()
             return frame.f_trace
 
