@@ -9,8 +9,6 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import Any
 
-import pytest
-
 from verified_queue.kvcache import pool as pool_module
 from verified_queue.kvcache.keys import hash_request_tokens
 from verified_queue.kvcache.pool import BlockPool
@@ -84,12 +82,6 @@ def _get_interrupted_at(at: int) -> bool:
     return lines[0] >= at
 
 
-@pytest.mark.xfail(
-    LINES_ARE_CHECKPOINTS,
-    strict=False,
-    reason="open on 3.13: an interrupt at some line starts, which stand in for the "
-    "checkpoints there, still leaks blocks (issue 20, defect 7)",
-)
 def test_get_new_blocks_interrupted_at_any_line_leaks_nothing() -> None:
     """Every block is free or handed out, wherever in get_new_blocks an interrupt arrives."""
     at = 1

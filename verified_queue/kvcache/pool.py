@@ -327,6 +327,7 @@ class BlockPool:
         if num_blocks > free:
             raise EmptyQueueError(f"cannot get {num_blocks} blocks from a pool with {free} free")
         blocks: list[KVCacheBlock] = []
+        allocated = self.num_allocated
         try:
             blocks = self.free_block_queue.popleft_n(num_blocks)
             for block in blocks:
@@ -334,6 +335,9 @@ class BlockPool:
                 if block_hash is not None:
                     self._evict_cached_hash(block, block_hash)
                 block.ref_cnt = 1  # P2: it was 0 while the block was free
+            # Inside the try, up to the return: a trace function may raise at any line start.
+            self.num_allocated = allocated + num_blocks
+            return blocks
         except BaseException:
             # Cut short (an interrupt): the caller never gets the blocks, so they go back
             # to the front, in order, free (P2). A hash already dropped stays dropped, as
@@ -350,9 +354,8 @@ class BlockPool:
                 block.ref_cnt = 0
                 self._finish_eviction(block)
             self.free_block_queue.prepend_n(blocks)
+            self.num_allocated = allocated
             raise
-        self.num_allocated += num_blocks
-        return blocks
 
     def _finish_eviction(self, block: KVCacheBlock) -> None:
         """Complete an eviction of ``block`` an interrupt cut short, if one was under way (P3).
