@@ -360,8 +360,9 @@ class FreeBlockQueue(Generic[B]):
             raise too_few_blocks(count, self.num_free_blocks)
         following: Block | None = None
         # Three handlers deep, so that the undo runs whatever two exceptions arrive as the
-        # handlers begin (see the note above _not_a_block_error); each finishes what the
-        # one inside left, and does nothing if that one completed.
+        # handlers begin (see the note above _not_a_block_error); each outer one finishes
+        # what an interrupt cut short of the one inside.
+        undone = False
         try:
             try:
                 try:
@@ -376,14 +377,19 @@ class FreeBlockQueue(Generic[B]):
                     # A signal between two blocks, or a None link inside the counted run (I1
                     # broken by outside code): put every block taken so far back where it was.
                     arrived = _relink_taken(head, popped, following)
+                    undone = True
                     if arrived is not None:
                         raise arrived  # noqa: B904 -- it carries the first error as its __context__
                     if isinstance(error, (AttributeError, TypeError)):
                         raise lost_inner_link("popleft_n", "head") from None
                     raise
             except BaseException as arrived:
+                if undone:
+                    raise
                 raise _relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
         except BaseException as arrived:
+            if undone:
+                raise
             raise _relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
         # Splice the run out: the first kept block (or the tail) follows the head.
         head.next_free_block = block
@@ -490,7 +496,9 @@ class FreeBlockQueue(Generic[B]):
         # a signal handler can raise at a call, and nothing could then undo the links.
         added = len(batch)
         last: Block = before
-        # Three handlers deep, as in popleft_n: the first undoes, the other two finish it.
+        # Three handlers deep, as in popleft_n: the first undoes, the other two finish what
+        # an interrupt cut short of it.
+        undone = False
         try:
             try:
                 try:
@@ -504,12 +512,17 @@ class FreeBlockQueue(Generic[B]):
                         last = node
                 except BaseException as error:
                     _unlink_run(before, last, tail)
+                    undone = True
                     if _not_a_block_error(error, batch):
                         raise not_a_block("append_n", first_unlinkable(batch)) from None
                     raise
             except BaseException as arrived:
+                if undone:
+                    raise
                 raise _finish_unlink(batch, before, tail, arrived)  # noqa: B904 -- the chain is kept
         except BaseException as arrived:
+            if undone:
+                raise
             raise _finish_unlink(batch, before, tail, arrived)  # noqa: B904 -- the chain is kept
         # Close the chain on the tail: until here its back link kept the old chain intact.
         last.next_free_block = tail
@@ -540,7 +553,9 @@ class FreeBlockQueue(Generic[B]):
             raise lost_inner_link("prepend_n", "head")
         added = len(batch)  # before the links close, as in append_n
         last: Block = head
-        # Three handlers deep, as in popleft_n: the first undoes, the other two finish it.
+        # Three handlers deep, as in popleft_n: the first undoes, the other two finish what
+        # an interrupt cut short of it.
+        undone = False
         try:
             try:
                 try:
@@ -554,12 +569,17 @@ class FreeBlockQueue(Generic[B]):
                         last = node
                 except BaseException as error:
                     _unlink_run(head, last, after)
+                    undone = True
                     if _not_a_block_error(error, batch):
                         raise not_a_block("prepend_n", first_unlinkable(batch)) from None
                     raise
             except BaseException as arrived:
+                if undone:
+                    raise
                 raise _finish_unlink(batch, head, after, arrived)  # noqa: B904 -- the chain is kept
         except BaseException as arrived:
+            if undone:
+                raise
             raise _finish_unlink(batch, head, after, arrived)  # noqa: B904 -- the chain is kept
         # Close the chain on the old front: until here its back link named the head.
         last.next_free_block = after
