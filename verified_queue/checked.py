@@ -216,6 +216,53 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         ...
         verified_queue.errors.InvariantViolation: I1 (sentinel_linkage) broken at position 1...
         """
+        if not self._chain_is_membership():
+            self._diagnose_full_check()
+            raise _diagnosis.unexplained("the full check")
+        self._until_full_check = self._next_period()
+
+    def _chain_is_membership(self) -> bool:
+        """Whether the queue is sound and its chain is exactly its membership: one walk.
+
+        The healthy case of :meth:`full_check`, in one pass that reads two links
+        and one membership entry per block (``check_invariants`` and the
+        membership walk read far more). It proves what they prove: the count is
+        the membership's size; the head's outer link and the tail's are unset;
+        the ``len(members)`` nodes after the head are members (so blocks, no
+        sentinel among them), each naming the node before it, and the tail
+        follows them, naming the last. Back links that agree along the walk
+        leave no room for a repeat (the first repeated block would name two
+        different predecessors), so the chain is ``len(members)`` distinct
+        members: the whole membership.
+        """
+        members = self._members
+        try:
+            head = self.fake_free_list_head
+            tail = self.fake_free_list_tail
+            count = self.num_free_blocks
+            if (
+                count.__class__ is not int
+                or count != len(members)
+                or head.prev_free_block is not None
+                or tail.next_free_block is not None
+            ):
+                return False
+            previous: Block = head
+            node = head.next_free_block
+            for _ in range(count):
+                if id(node) not in members or node.prev_free_block is not previous:  # type: ignore[union-attr]  # a member
+                    return False
+                previous = node  # type: ignore[assignment]  # a member, so a Block
+                node = node.next_free_block  # type: ignore[union-attr]  # a member
+            return node is tail and tail.prev_free_block is previous
+        except (AttributeError, TypeError):  # a deleted slot or sentinel, a count that is no int
+            return False
+
+    def _diagnose_full_check(self) -> None:
+        """Find and raise the fault the one-walk test of :meth:`full_check` found.
+
+        Runs :func:`check_invariants`, then checks the walk against the membership.
+        """
         check_invariants(self)
         members = self._members
         if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
@@ -236,7 +283,6 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 )
             block = block.next_free_block  # type: ignore[union-attr]  # checked above
             position += 1
-        self._until_full_check = self._next_period()
 
     # ------------------------------------------------------ O(1) neighbourhood
 
