@@ -7,6 +7,10 @@ middle (a prefix-cache hit) and free it again, so four queue operations per
 step and the queue stays at ``n`` blocks. Every subject runs the very same
 sequence of blocks.
 
+A floor row times the production queue with check mode's membership dict
+kept up to date and no check at all (``MembershipOnlyQueue``): no check mode
+built on that dict can cost less.
+
 Method: the subjects are timed interleaved in one process (each repetition
 times every subject once, in rotating order), with the garbage collector off
 during each timing; the table gives the median time per operation over the
@@ -16,8 +20,9 @@ operation alone), with its default period, and with a full check before every
 operation (small queues only), and in the trace level
 (``TracedFreeBlockQueue``: the default period plus a record of every operation's
 caller). Separate rows time one ``check_invariants``
-walk and one ``full_check()`` (that walk plus a walk over the membership), the
-O(n) work the default period amortizes over ``max(1000, n)`` operations, and
+walk and one ``full_check()`` (one walk over links and membership, which runs
+``check_invariants`` only on a fault), the O(n) work the default period
+amortizes over ``max(1000, n)`` operations, and
 another the memory check mode's membership dict adds per block (traced with
 ``tracemalloc``).
 """
@@ -44,6 +49,45 @@ from verified_queue.traced import TracedFreeBlockQueue
 OPERATIONS_PER_STEP = 4
 
 
+class MembershipOnlyQueue(FreeBlockQueue[Block]):
+    """The production queue plus check mode's membership dict and nothing else: a floor.
+
+    Each operation calls the production method and keeps ``id(block) -> block``
+    up to date, as ``CheckedFreeBlockQueue`` does, with no check at all: what
+    one interpreted call per operation and that dict cost by themselves, so
+    the table shows how much of check mode's price its membership alone sets.
+    """
+
+    __slots__ = ("_members",)
+
+    _members: dict[int, Block]
+
+    def __init__(self, blocks: list[Block]) -> None:
+        """Link ``blocks`` as the production queue does and record them."""
+        super().__init__(blocks)
+        self._members = {id(block): block for block in blocks}
+
+    def popleft(self) -> Block:
+        """Pop the front block and drop it from the membership."""
+        block = FreeBlockQueue.popleft(self)
+        del self._members[id(block)]
+        return block
+
+    def append(self, block: Block) -> None:
+        """Append ``block`` and record it."""
+        FreeBlockQueue.append(self, block)
+        self._members[id(block)] = block
+
+    def remove(self, block: Block) -> None:
+        """Refuse a block that is not recorded (check mode's one O(1) guard), then remove it."""
+        members = self._members
+        block_id = id(block)
+        if block_id not in members:
+            raise KeyError(block_id)
+        FreeBlockQueue.remove(self, block)
+        del members[block_id]
+
+
 @dataclass(frozen=True)
 class Subject:
     """A named way to build the queue under test."""
@@ -56,6 +100,7 @@ class Subject:
 
 SUBJECTS = [
     Subject("production FreeBlockQueue", FreeBlockQueue),
+    Subject("membership dict alone, no check (a floor)", MembershipOnlyQueue),
     Subject(
         "check mode, no periodic full check",
         lambda blocks: CheckedFreeBlockQueue(blocks, full_check_every=0),
@@ -112,8 +157,8 @@ def time_subjects(n: int, steps: int, repetitions: int, seed: int) -> dict[str, 
 def time_full_check(n: int, repetitions: int) -> tuple[float, float]:
     """Median seconds of one ``check_invariants`` walk and of one ``full_check()``, ``n`` blocks.
 
-    ``full_check()`` is what the periodic check runs: ``check_invariants``
-    plus a walk comparing the chain with the membership.
+    ``full_check()`` is what the periodic check runs: on a healthy queue, one
+    walk comparing the links and the chain with the membership.
     """
     queue = CheckedFreeBlockQueue([Block() for _ in range(n)], full_check_every=0)
     medians = []
