@@ -10,8 +10,10 @@ of them it
   touch or has just written, and that ``num_free_blocks`` equals the size of
   its membership, raising :class:`InvariantViolation` on damage done by
   outside code (a hand-written link, an overwritten count);
-* every ``full_check_every`` operations runs the full O(n)
-  :func:`~verified_queue.invariants.check_invariants` plus a membership walk.
+* every ``full_check_every`` operations runs the full O(n) check: what
+  :func:`~verified_queue.invariants.check_invariants` checks, and that the
+  chain is exactly its membership (one walk on a healthy queue; the checkers
+  run, to name the fault, only when that walk finds one).
   The default period, ``max(1000, len(queue))``, keeps the amortized cost per
   operation O(1), so check mode can stay on for a whole serving run;
   ``full_check_every=0`` turns the periodic check off.
@@ -200,7 +202,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self.full_check()
 
     def full_check(self) -> None:
-        """Run :func:`check_invariants` and check the walk against this queue's membership.
+        """Check what :func:`check_invariants` checks, and the walk against this queue's membership.
 
         Raises :class:`InvariantViolation` on any damage. Runs by itself every
         ``full_check_every`` operations; call it by hand after suspect code.
