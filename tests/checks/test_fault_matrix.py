@@ -549,3 +549,28 @@ def test_production_queue_is_production_class() -> None:
 if __name__ == "__main__":
     for key, value in matrix_summary().items():
         print(f"{key}: {value}")
+
+
+def test_full_check_flags_every_fault() -> None:
+    """Check mode's full check (one walk, then the checkers) raises on every planted fault."""
+    passed = []
+    for fault in MATRIX:
+        queue = fault.planted(CheckedFreeBlockQueue).queue
+        assert isinstance(queue, CheckedFreeBlockQueue)
+        try:
+            queue.full_check()
+        except InvariantViolation:
+            continue
+        passed.append(fault.label)
+    assert passed == []
+
+
+def test_full_check_of_a_healthy_queue_is_one_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a healthy queue the full check passes on its one walk, without running the checkers."""
+
+    def refuse(_queue: object) -> None:
+        raise AssertionError("the checkers ran on a healthy queue")
+
+    monkeypatch.setattr("verified_queue.checked.check_invariants", refuse)
+    for size in SIZES:
+        CheckedFreeBlockQueue([Block() for _ in range(size)]).full_check()
