@@ -317,6 +317,21 @@ class PoolDriver:
         )
         self.compare(f"cache_full_blocks({blocks})")
 
+    def look_up(self, specs: Sequence[RequestSpec], skip: int) -> None:
+        """Look up the keys of several requests run together, one left out: stop at a miss."""
+        pool_keys: list[BlockHash] = []
+        logical: list[Hashable] = []
+        for spec in specs:
+            more_keys, more_logical = self._keys(spec)
+            pool_keys += more_keys
+            logical += more_logical
+        if pool_keys:
+            del pool_keys[skip % len(pool_keys)], logical[skip % len(logical)]
+        hit = [block.block_id for block in self.pool.find_longest_cache_hit(pool_keys)]
+        if hit != self.model.find_longest_cache_hit(logical):
+            raise Mismatch(f"find_longest_cache_hit of {specs} but key {skip}: the pool hits {hit}")
+        self.compare("find_longest_cache_hit(...)")
+
     def reset(self) -> None:
         """Reset the prefix cache: done only when no block is held."""
         done = self.pool.reset_prefix_cache()
@@ -333,6 +348,11 @@ MENU: tuple[tuple[str, Callable[[PoolDriver], None]], ...] = (
     ("admit A bytes salt", lambda d: d.admit(RequestSpec((1, 2, 3, 4, 5), cache_salt=b"t"))),
     ("admit A image", lambda d: d.admit(RequestSpec((1, 2, 3, 4, 5), mm_inputs=(("i", 2, 1),)))),
     ("admit B lora", lambda d: d.admit(RequestSpec((2**63, 1, 3), lora=128))),
+    ("admit A lora 0", lambda d: d.admit(RequestSpec((1, 2, 3, 4, 5), lora=0))),
+    (
+        "look up A after a miss",
+        lambda d: d.look_up([RequestSpec((7, 7)), RequestSpec((1, 2, 3, 4))], 2),
+    ),
     ("free first", lambda d: d.free(0)),
     ("free last, evict first", lambda d: d.free(-1, evict_first=True)),
     ("share first", lambda d: d.share(0)),
@@ -342,24 +362,31 @@ MENU: tuple[tuple[str, Callable[[PoolDriver], None]], ...] = (
 )
 
 
-def enumerate_sequences(
-    depth: int = 4, *, num_blocks: int = 5, pool_type: type[BlockPool] = BlockPool
-) -> tuple[int, list[str] | None]:
-    """Run every sequence of up to ``depth`` steps of :data:`MENU`; return (runs, first failure).
+#: Where the sequences start: a new pool, and one where two requests share a block and a
+#: key is cached twice (the second request's prompt fills its last block, which is computed
+#: again).
+PROLOGUES: tuple[tuple[str, ...], ...] = ((), ("admit A", "admit A'"))
 
-    Each sequence starts from a new pool; the failure is the sequence's step names followed by
+
+def enumerate_sequences(
+    depth: int = 3, *, num_blocks: int = 5, pool_type: type[BlockPool] = BlockPool
+) -> tuple[int, list[str] | None]:
+    """Run every sequence of up to ``depth`` steps of :data:`MENU` after each of :data:`PROLOGUES`.
+
+    Returns the number of sequences run and the first failure: the steps' names followed by
     the mismatch. Shorter sequences run first, so a failure found is a shortest one.
     """
+    steps = dict(MENU)
     runs = 0
-    for length in range(1, depth + 1):
-        for sequence in itertools.product(MENU, repeat=length):
-            runs += 1
-            try:
-                driver = PoolDriver(num_blocks, pool_type=pool_type)
-                for _name, step in sequence:
-                    step(driver)
-            except Exception as error:  # a mismatch, or a crash of the pool under test
-                return runs, [name for name, _step in sequence] + [
-                    f"{type(error).__name__}: {error}"
-                ]
+    for prologue in PROLOGUES:
+        for length in range(1, depth + 1):
+            for sequence in itertools.product(MENU, repeat=length):
+                runs += 1
+                names = [*prologue, *(name for name, _step in sequence)]
+                try:
+                    driver = PoolDriver(num_blocks, pool_type=pool_type)
+                    for name in names:
+                        steps[name](driver)
+                except Exception as error:  # a mismatch, or a crash of the pool under test
+                    return runs, [*names, f"{type(error).__name__}: {error}"]
     return runs, None
