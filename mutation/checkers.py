@@ -100,6 +100,25 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
         ],
         [],
     ),
+    # The block pool and its keys: their unit tests and their model-based layers.
+    "pool": (
+        "verified_queue/kvcache/pool.py",
+        [
+            "tests/kvcache/test_pool.py",
+            "tests/kvcache/test_pool_interrupts.py",
+            "tests/kvcache/test_pool_machine.py",
+        ],
+        [],
+    ),
+    "keys": (
+        "verified_queue/kvcache/keys.py",
+        [
+            "tests/kvcache/test_keys.py",
+            "tests/kvcache/test_key_layer.py",
+            "tests/kvcache/test_pool_machine.py",
+        ],
+        [],
+    ),
 }
 
 
