@@ -10,6 +10,7 @@ design and is left out.)
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -166,7 +167,7 @@ def variants(base: tuple[Any, ...], changes: list[tuple[int, tuple[Any, ...]]]) 
 
 
 #: The properties' runs in the default test run; the bug matrix passes a derandomized one.
-PROPERTY_RUN = settings(max_examples=300)
+PROPERTY_RUN = settings(max_examples=300, deadline=None)
 
 
 def block_property(run: settings = PROPERTY_RUN) -> Callable[[], None]:
@@ -244,3 +245,41 @@ def test_every_small_request_has_its_own_keys() -> None:
     # block leaves it alone) must get equal keys, not only different ones different keys.
     assert (len(pairs), len({meaning for meaning, _key in pairs})) == (14_080, 3_456)
     assert_keys_match_meanings(pairs)
+
+
+def test_encoding_and_keys_are_pinned() -> None:
+    """The encoding and the keys are a format shared between processes: these bytes never move."""
+    inputs: list[tuple[bytes, list[int], Any]] = [
+        (b"", [], None),
+        (b"p", [1, -1, 2**63 - 1], None),
+        (b"p", [2**63, -(2**64)], None),
+        (
+            b"\x00" * 32,
+            [7],
+            (("lora", "a"), ("mm", "i", -2), ("cache_salt", b"t"), 128, -129, None, ()),
+        ),
+    ]
+    encodings = b"".join(keys_module.encode_block(*item) for item in inputs)
+    assert hashlib.sha256(encodings).hexdigest() == (
+        "7e52e36b29a1045e92cb1d8f7a271809c10ac8bc5cb9748bfccd7b2cd38c5403"
+    )
+    request = keys_module.hash_request_tokens([1, 2, 3, 4, 5], 2, lora=1, cache_salt="t")
+    assert request[-1].hex() == "4f412816fc6f3acde326c658750d3ceaefc4b03ab723a09415af4b2f909cba5a"
+
+
+def test_known_keys_and_single_blocks_agree_with_a_whole_request() -> None:
+    """Keys resumed from known ones, and block by block with extras, equal the whole request's."""
+    tokens, extra = [1, 2, 3, 4, 5, 6], {"lora": "a", "cache_salt": "t"}
+    whole = keys_module.hash_request_tokens(tokens, 2, lora="a", cache_salt="t")
+    for known in range(len(whole) + 1):
+        resumed = keys_module.hash_request_tokens(
+            tokens, 2, known=whole[:known], lora="a", cache_salt="t"
+        )
+        assert resumed == whole
+    parent = None
+    for index, key in enumerate(whole):
+        extras = keys_module.block_extra_keys(index, 2, **extra)  # type: ignore[arg-type]
+        parent = keys_module.hash_block_tokens(
+            parent, tokens[2 * index : 2 * index + 2], extra_keys=extras
+        )
+        assert parent == key
