@@ -283,3 +283,12 @@ def test_known_keys_and_single_blocks_agree_with_a_whole_request() -> None:
             parent, tokens[2 * index : 2 * index + 2], extra_keys=extras
         )
         assert parent == key
+
+
+def test_builtin_keys_chain_from_the_root_and_take_extras() -> None:
+    """The built-in key: no parent means the process's root, and extra keys change the key."""
+    builtin = keys_module.builtin_hash_block_key
+    root = keys_module.BUILTIN_ROOT
+    assert builtin(None, [1, 2]) == builtin(root, [1, 2])
+    assert builtin(None, [1, 2], (("lora", "a"),)) != builtin(None, [1, 2])
+    assert builtin(None, [1, 2], ()) == builtin(None, [1, 2], None)
