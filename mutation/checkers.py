@@ -122,6 +122,11 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
 }
 
 
+#: The modules a run without ``--module`` mutates: those whose survivors are all explained.
+#: ``pool`` and ``keys`` join them once they pass the bar (docs/mutation-survivors.md).
+DEFAULT_MODULES = ("invariants", "checked", "diagnosis", "messages")
+
+
 def configure(work: Path, module: str) -> None:
     """Write the scratch copy's ``setup.cfg``: mutate ``module`` only, with its tests."""
     path, tests, left_out = MODULES[module]
@@ -180,13 +185,19 @@ def main(argv: list[str] | None = None) -> int:
     """Run the mutation pass of each module; return 0 when every score and survivor list passes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threshold", type=float, default=98.0, help="minimum percent killed")
-    parser.add_argument("--module", choices=sorted(MODULES), action="append", help="default: all")
+    parser.add_argument(
+        "--module",
+        choices=sorted(MODULES),
+        action="append",
+        help=f"default: {', '.join(DEFAULT_MODULES)}",
+    )
     args = parser.parse_args(argv)
     work = Path.cwd()
     if any(work.iterdir()):
         raise SystemExit(f"run this from an empty directory, not {work}")
     results = [
-        run_module(work / module, module, args.threshold) for module in args.module or MODULES
+        run_module(work / module, module, args.threshold)
+        for module in args.module or DEFAULT_MODULES
     ]
     return 0 if all(results) else 1
 
