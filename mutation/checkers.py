@@ -107,6 +107,9 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "tests/kvcache/test_pool.py",
             "tests/kvcache/test_pool_interrupts.py",
             "tests/kvcache/test_pool_machine.py",
+            "tests/kvcache/test_pool_contracts.py",
+            # The pool's __getstate__ and __setstate__.
+            "tests/queue/test_copy_pickle.py",
         ],
         [],
     ),
