@@ -110,6 +110,8 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "tests/kvcache/test_pool_contracts.py",
             # The pool's __getstate__ and __setstate__.
             "tests/queue/test_copy_pickle.py",
+            # A double free's note of where the block was freed before (the trace level).
+            "tests/checks/test_trace.py",
         ],
         [],
     ),

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from verified_queue.kvcache import keys as keys_module
 from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import (
     BUILTIN_ROOT,
@@ -452,3 +453,15 @@ def test_builtin_root_follows_the_hash_seed(monkeypatch: pytest.MonkeyPatch) -> 
         first, second = _builtin_root(), _builtin_root()
         assert len(first) == 32
         assert first != second
+
+
+def test_packers_are_reused_per_shape_and_bounded() -> None:
+    """One packer per encoding shape, reused by later calls, and never more than the bound."""
+    keys_module._PACKERS.clear()
+    encode_block(b"p", [1, 2])
+    ((shape, packer),) = keys_module._PACKERS.items()
+    encode_block(b"q", [3, 4])
+    assert list(keys_module._PACKERS.items()) == [(shape, packer)]
+    for length in range(keys_module._MAX_PACKERS + 5):
+        encode_block(b"", [0] * length)
+        assert len(keys_module._PACKERS) <= keys_module._MAX_PACKERS
