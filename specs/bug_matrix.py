@@ -31,6 +31,7 @@ every miss to be explained, and compares ``docs/bug-matrix.md`` with :func:`rend
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -41,18 +42,23 @@ from hypothesis import settings
 
 from specs.exhaustive import check_every_state
 from specs.planted_bugs import CATALOGUE, KINDS
+from specs.planted_bugs.keys import planted
+from specs.planted_bugs.kvcache import CLIENT_CATALOGUE, CLIENT_KINDS, ClientBug
 from verified_queue.cli import selfcheck
 from verified_queue.queue import FreeBlockQueue
 
 __all__ = [
     "CHEAP_LAYERS",
+    "CLIENT_LAYERS",
     "LAYERS",
     "MACHINE_EXAMPLES",
     "MACHINE_STEPS",
     "MISSES",
     "RECORDED",
     "caught",
+    "client_caught",
     "compute",
+    "compute_client",
     "main",
     "render",
 ]
@@ -303,6 +309,122 @@ def compute(layers: Sequence[str] = CHEAP_LAYERS) -> dict[tuple[str, str], bool]
     return {(layer, bug): caught(layer, bug) for layer in layers for bug in CATALOGUE}
 
 
+#: The layers of the pool and the keys, run against the bugs of ``CLIENT_CATALOGUE``: the pool
+#: against its model (Hypothesis machine, every short sequence), the pool's calls against
+#: their contracts, the keys against their meanings (property, enumeration).
+CLIENT_LAYERS = (
+    "pool machine",
+    "pool sequences",
+    "pool contracts",
+    "key property",
+    "key enumeration",
+)
+
+_KEY_LAYERS_ONLY_KEYS = "the key layers compute keys and never call the pool"
+_CONTRACTS_OPAQUE_KEYS = (
+    "the contracts take keys as opaque values: a key function that merges or splits prefixes "
+    "leaves every pool call within its contract"
+)
+for _name, _client_bug in CLIENT_CATALOGUE.items():
+    if _client_bug.kind == "pool":
+        MISSES["key property", _name] = _KEY_LAYERS_ONLY_KEYS
+        MISSES["key enumeration", _name] = _KEY_LAYERS_ONLY_KEYS
+    else:
+        MISSES["pool contracts", _name] = _CONTRACTS_OPAQUE_KEYS
+MISSES["pool contracts", "encode_int_rounds_bytes_down"] = (
+    "its prompts carry no LoRA id and no token past 63 bits, so the integer encoding that "
+    "overflows is never reached; and a key that could be computed is opaque to the contracts"
+)
+
+
+def _fails(test: Callable[[], object]) -> bool:
+    """Whether ``test`` raises: the layer reports the bug."""
+    try:
+        test()
+    except Exception:  # any failure of the layer is it reporting the bug
+        return True
+    return False
+
+
+def _pool_machine(bug: ClientBug) -> bool:
+    tests = importlib.import_module("tests.kvcache.test_pool_machine")
+    shorter = settings(
+        tests.RUN,
+        max_examples=MACHINE_EXAMPLES,
+        stateful_step_count=MACHINE_STEPS,
+        derandomize=True,
+        database=None,
+        phases=_stateful().BUG_HUNT.phases,
+    )
+    return _fails(lambda: tests.run_pool_machine(bug.pool_type, shorter))
+
+
+def _pool_sequences(bug: ClientBug) -> bool:
+    driver = importlib.import_module("specs.pool_driver")
+    return driver.enumerate_sequences(3, pool_type=bug.pool_type)[1] is not None
+
+
+def _pool_contracts(bug: ClientBug) -> bool:
+    contracts = importlib.import_module("specs.pool_contracts")
+    return contracts.check_pool_contracts(bug.pool_type) is not None
+
+
+def _key_property(_bug: ClientBug) -> bool:
+    tests = importlib.import_module("tests.kvcache.test_key_layer")
+    run = settings(
+        tests.PROPERTY_RUN, derandomize=True, database=None, phases=_stateful().BUG_HUNT.phases
+    )
+    return _fails(tests.block_property(run)) or _fails(tests.request_property(run))
+
+
+def _key_enumeration(_bug: ClientBug) -> bool:
+    tests = importlib.import_module("tests.kvcache.test_key_layer")
+    return _fails(tests.test_every_small_block_input_has_its_own_key) or _fails(
+        tests.test_every_small_request_has_its_own_keys
+    )
+
+
+_CLIENT_RUNNERS: dict[str, Callable[[ClientBug], bool]] = {
+    "pool machine": _pool_machine,
+    "pool sequences": _pool_sequences,
+    "pool contracts": _pool_contracts,
+    "key property": _key_property,
+    "key enumeration": _key_enumeration,
+}
+
+
+def client_caught(layer: str, bug: str) -> bool:
+    """Whether the client ``layer`` reports the planted pool or key bug ``bug``.
+
+    A layer a bug cannot reach (a key layer for a pool bug) is not run: it misses, as
+    :data:`MISSES` says. A key bug is planted in the keys module for the run.
+
+    Runtime complexity: one run of the layer
+    """
+    if (layer, bug) in MISSES:
+        return False
+    planted_bug = CLIENT_CATALOGUE[bug]
+    with planted(planted_bug.keys_bug):
+        return _CLIENT_RUNNERS[layer](planted_bug)
+
+
+@functools.cache
+def _client_matrix() -> tuple[tuple[tuple[str, str], bool], ...]:
+    return tuple(
+        ((layer, bug), client_caught(layer, bug))
+        for layer in CLIENT_LAYERS
+        for bug in CLIENT_CATALOGUE
+    )
+
+
+def compute_client() -> dict[tuple[str, str], bool]:
+    """Run every planted pool and key bug against every client layer (once per process).
+
+    Runtime complexity: len(CLIENT_LAYERS) * len(CLIENT_CATALOGUE) layer runs
+    """
+    return dict(_client_matrix())
+
+
 def prove_column() -> dict[str, bool]:
     """The proof column: for each bug of a proved operation, whether z3 refutes it.
 
@@ -350,11 +472,17 @@ def _mark(value: bool) -> str:
     return "caught" if value else "**missed**"
 
 
-def render(cheap: dict[tuple[str, str], bool]) -> str:
-    """The page ``docs/bug-matrix.md``: the matrix, then every layer's misses with the reason.
+def render(
+    cheap: dict[tuple[str, str], bool], client: dict[tuple[str, str], bool] | None = None
+) -> str:
+    """The page ``docs/bug-matrix.md``: the matrices, then every layer's misses with the reason.
 
-    Runtime complexity: O(len(LAYERS) * len(CATALOGUE))
+    ``client`` is the pool and key matrix (:func:`compute_client`, run when not given).
+
+    Runtime complexity: O(len(LAYERS) * len(CATALOGUE)), and the client matrix if not given
     """
+    if client is None:
+        client = compute_client()
     matrix = dict(cheap)
     for layer, (_when, column) in RECORDED.items():
         for name in CATALOGUE:
@@ -409,7 +537,65 @@ def render(cheap: dict[tuple[str, str], bool]) -> str:
         for name in missed:
             lines.append(f"- `{name}`: {MISSES.get((layer, name), 'NOT EXPLAINED')}.")
         lines.append("")
+    lines += _render_client(client)
     return "\n".join(lines)
+
+
+def _render_client(client: dict[tuple[str, str], bool]) -> list[str]:
+    """The page's section on the pool and the keys: their bugs by their layers, and misses."""
+    lines = [
+        "## The pool and the keys",
+        "",
+        f"`specs/planted_bugs/pool.py` and `keys.py` plant {len(CLIENT_CATALOGUE)} bugs in "
+        "the block pool and its keys (`specs/planted_bugs/kvcache.py` lists them): a "
+        "`BlockPool` subclass with one method copied with one defect, or one function of the "
+        "keys module so copied and put in the module for the run. The queue's layers above "
+        "never call the pool or the keys; these columns are the layers that do, all "
+        "recomputed by the default test run: the pool against its model "
+        "(`tests/kvcache/test_pool_machine.py`: the Hypothesis machine with 100 examples of "
+        "up to 30 steps, caching on and off, and every sequence of up to 3 steps from two "
+        "starting states), the pool's calls against their contracts "
+        "(`specs/pool_contracts.py`, 200 random engines of 30 steps) and the keys against "
+        "their meanings (`tests/kvcache/test_key_layer.py`: the properties and the "
+        "enumeration).",
+        "",
+        "| Kind | Bugs | What goes wrong |",
+        "| --- | --- | --- |",
+    ]
+    for kind, meaning in CLIENT_KINDS.items():
+        count = sum(1 for bug in CLIENT_CATALOGUE.values() if bug.kind == kind)
+        lines.append(f"| {kind} | {count} | {meaning} |")
+    lines += ["", "| Bug | Kind | Function | " + " | ".join(CLIENT_LAYERS) + " | Caught by |"]
+    lines.append("| --- | --- | --- |" + " --- |" * len(CLIENT_LAYERS) + " --- |")
+    for name, bug in CLIENT_CATALOGUE.items():
+        row = [_mark(client[layer, name]) for layer in CLIENT_LAYERS]
+        total = sum(client[layer, name] for layer in CLIENT_LAYERS)
+        lines.append(
+            f"| `{name}` | {bug.kind} | `{bug.operation}` | "
+            + " | ".join(row)
+            + f" | {total} of {len(CLIENT_LAYERS)} |"
+        )
+    totals = [sum(client[layer, name] for name in CLIENT_CATALOGUE) for layer in CLIENT_LAYERS]
+    lines.append(
+        "| **caught** | | | "
+        + " | ".join(f"{total}/{len(CLIENT_CATALOGUE)}" for total in totals)
+        + " | |"
+    )
+    lines += ["", "### What the pool and key layers miss, and why", ""]
+    for layer in CLIENT_LAYERS:
+        missed = [name for name in CLIENT_CATALOGUE if not client[layer, name]]
+        if missed:
+            lines.append(
+                f"- {layer}: "
+                + ", ".join(f"`{name}`" for name in missed)
+                + ": "
+                + "; ".join(sorted({MISSES.get((layer, name), "NOT EXPLAINED") for name in missed}))
+                + "."
+            )
+        else:
+            lines.append(f"- {layer}: misses nothing.")
+    lines.append("")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -422,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, found in prove_column().items():
             print(f"    {name!r}: {found},")
         return 0
-    page = render(compute())
+    page = render(compute(), compute_client())
     if args.write:
         with open(args.write, "w", encoding="utf-8") as file:
             file.write(page + "\n")

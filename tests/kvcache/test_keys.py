@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from verified_queue.kvcache import keys as keys_module
 from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import (
     BUILTIN_ROOT,
@@ -23,6 +25,7 @@ from verified_queue.kvcache.keys import (
     ExtraKeys,
     KeyFunction,
     MultimodalInput,
+    _builtin_root,
     block_extra_keys,
     builtin_hash_block_key,
     encode_block,
@@ -433,3 +436,32 @@ def test_a_birthday_search_breaks_truncated_keys_and_not_the_full_digest() -> No
     pool = BlockPool(6)
     admit_prompt(pool, hash_request_tokens(victim, BLOCK_SIZE))
     assert pool.find_longest_cache_hit(hash_request_tokens(attacker, BLOCK_SIZE)) == []
+
+
+def test_builtin_root_follows_the_hash_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A numeric seed gives its own fixed root; "random" or no seed gives fresh 32 bytes."""
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    expected = hashlib.sha256(b"verified_queue builtin root 7").digest()
+    assert _builtin_root() == expected
+    monkeypatch.setenv("PYTHONHASHSEED", "8")
+    assert _builtin_root() != expected
+    for seed in ("random", None):
+        if seed is None:
+            monkeypatch.delenv("PYTHONHASHSEED")
+        else:
+            monkeypatch.setenv("PYTHONHASHSEED", seed)
+        first, second = _builtin_root(), _builtin_root()
+        assert len(first) == 32
+        assert first != second
+
+
+def test_packers_are_reused_per_shape_and_bounded() -> None:
+    """One packer per encoding shape, reused by later calls, and never more than the bound."""
+    keys_module._PACKERS.clear()
+    encode_block(b"p", [1, 2])
+    ((shape, packer),) = keys_module._PACKERS.items()
+    encode_block(b"q", [3, 4])
+    assert list(keys_module._PACKERS.items()) == [(shape, packer)]
+    for length in range(keys_module._MAX_PACKERS + 5):
+        encode_block(b"", [0] * length)
+        assert len(keys_module._PACKERS) <= keys_module._MAX_PACKERS
