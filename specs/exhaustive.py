@@ -18,16 +18,17 @@ in docs/verification.md.
 
 From every state the checker applies every operation with every argument: ``popleft()``;
 ``popleft_n(n)`` for ``n`` from -2 to ``len + 2``, and of every integer-like type
-(:func:`integer_likes`: ``bool``, an ``int`` subclass, an ``__index__`` object); ``remove`` and ``append`` of every block and
-of A's and B's sentinels; ``append_n``, ``prepend_n`` and the constructor with every batch of up
-to ``max_batch`` universe blocks (repeats and the empty batch included), as a list and, up to
-length 2, as a one-shot iterator, plus batches ending in a sentinel and iterators that raise
-part-way; ``iter_blocks_after`` from ``None``, every block and every sentinel, drained (a
-refusal must come from the call: :class:`~specs.structure.LateError` otherwise; for the model
-A's head means ``None`` and its tail the end); and the queries ``len``, ``bool``, ``iter``,
-``get_all_free_blocks``, ``repr`` and ``in``, which must change nothing. ``remove`` and
-``iter_blocks_after`` of a block linked in B are outside the production queue's contract (it
-cannot tell such a block from its own in O(1)); they are skipped and counted as
+(:func:`integer_likes`: ``bool``, an ``int`` subclass, an ``__index__`` object); ``remove`` and
+``append`` of every block and of A's and B's sentinels; ``append_n``, ``prepend_n`` and the
+constructor with every batch of up to ``max_batch`` universe blocks (repeats and the empty
+batch included), as a list and, up to length 2, as a one-shot iterator, plus batches ending in
+a sentinel and iterators that raise part-way; ``iter_blocks_after`` from ``None``, every block
+and every sentinel, drained (a refusal must come from the call:
+:class:`~specs.structure.LateError` otherwise; for the model A's head means ``None`` and its
+tail the end); and the queries ``len``, ``bool``, ``iter``, ``get_all_free_blocks``, ``repr``
+and ``in``, which must change nothing. ``remove`` and ``iter_blocks_after`` of a block linked
+in B are outside the production queue's contract (it cannot tell such a block from its own in
+O(1)); they are skipped and counted as
 ``outside_contract``.
 
 After each call: A's invariants hold; the result, or the exception type and message, and A's
