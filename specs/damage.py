@@ -21,7 +21,8 @@ For each damage the layer knows the report it requires (:class:`Expected`): the 
 the position of the damage alone, and requires it of
 
 - ``check_invariants(queue)`` and ``check_invariants(queue, pool=...)`` (A's blocks and the
-  detached ones: the blocks of A's pool);
+  detached ones: the blocks of A's pool), and ``check_sentinel_linkage(queue)`` (the same
+  place, a ring reported as the back link where it closes, and the count not its business);
 - check mode's ``full_check()`` on a :class:`~verified_queue.checked.CheckedFreeBlockQueue`
   that linked A's blocks itself;
 - the next checked operation of that queue with ``full_check_every=1``: an
@@ -48,7 +49,7 @@ from specs.world import World
 from verified_queue.block import Block
 from verified_queue.checked import CheckedFreeBlockQueue
 from verified_queue.errors import InvariantViolation, QueueError
-from verified_queue.invariants import check_invariants
+from verified_queue.invariants import check_invariants, check_sentinel_linkage
 from verified_queue.queue import FreeBlockQueue
 
 __all__ = [
@@ -118,17 +119,24 @@ def _corrupt(node: object, side: str, value: object) -> Callable[[], None]:
 
 
 def damages(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
-    queue: Checked, other: FreeBlockQueue[Any], order: Sequence[Block], pool: Sequence[Block]
+    queue: Checked,
+    other: FreeBlockQueue[Any],
+    order: Sequence[Block],
+    pool: Sequence[Block],
+    values: Sequence[object] | None = None,
 ) -> Iterator[Damage]:
     """Every damage of the module docstring to queue ``queue`` holding ``order``.
 
     ``other`` is queue B; ``pool`` is A's pool as ``check_invariants(pool=...)`` is given it.
-    Runtime complexity: O(len(order) * (len(order) + len(pool)))
+    ``values``, if given, are the only wrong values written into a link (a large queue's
+    machine draws a few); by default every value the module docstring names.
+    Runtime complexity: O(len(order) * (len(order) + len(pool))), or O(len(order) *
+    len(values)) with ``values``
     """
     head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
     chain: list[Block] = [head, *order, tail]
     length = len(order)
-    values: list[object] = [
+    candidates_by_default: list[object] = [
         None,
         *pool,
         *other.get_all_free_blocks(),
@@ -139,6 +147,10 @@ def damages(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
         other.fake_free_list_tail,
         NotABlock(),
     ]
+    if values is None:
+        values = candidates_by_default
+    else:
+        values = [*values, head, tail, other.fake_free_list_head, other.fake_free_list_tail]
     seen: set[int] = set()
     candidates = [v for v in values if id(v) not in seen and not seen.add(id(v))]  # type: ignore[func-returns-value]
     in_order = {id(block): index + 1 for index, block in enumerate(order)}
@@ -225,8 +237,8 @@ def damages(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
         if id(block) in in_order:
             continue
         for side in ("prev_free_block", "next_free_block"):
-            for value in [*chain, *pool]:
-                if value is block:
+            for value in [*chain, *pool] if values is candidates_by_default else values:
+                if value is block or value is getattr(block, side):
                     continue
                 yield Damage(
                     f"outside block {block!r} {side} = {value!r}",
@@ -291,8 +303,13 @@ def _check_damage(  # noqa: PLR0911 -- one early return per check that can disag
     world.wire(*orders)
     damage.apply()
     damaged = world.snapshot()
+    linkage = damage.plain if damage.plain.clause != "I3" else Expected("I1", damage.plain.where)
+    if damage.plain.clause == "I2":
+        linkage = HEALTHY  # the linkage checker does not read the count
     runs: list[tuple[str, Callable[[], object], Expected]] = [
         ("check_invariants(queue)", lambda: check_invariants(queue), damage.plain),
+        # Without the repeat test, the walk reports a ring where it closes, as a back link.
+        ("check_sentinel_linkage(queue)", lambda: check_sentinel_linkage(queue), linkage),
         ("check_invariants(queue, pool)", lambda: check_invariants(queue, pool), damage.pooled),
         ("full_check()", queue.full_check, damage.full),
     ]
