@@ -18,6 +18,8 @@ queue (a user's subclass of ``queue_type``) and check mode over the same class, 
   member, a ``popleft``, an ``append`` or ``prepend_n`` of a detached block; the rest of the
   walk is what the queue documents (it is live: it goes on from the block it stands on, as
   linked now, and raises ``NotInQueueError`` if that block left the queue);
+- ``remove`` of a detached block or a sentinel and ``append`` of a member: the model's error,
+  with its message from the production queue;
 - ``popleft_n`` with a count of every integer-like type (:func:`specs.exhaustive.integer_likes`),
   result and error (type and message) equal to the model's, from both queues;
 - ``copy.deepcopy`` of the user's subclass of the production queue and of check mode (and
@@ -332,6 +334,25 @@ class _Run:
                 return problem
         return None
 
+    def refusals(self) -> str | None:
+        """A detached block or a sentinel removed, a member appended: the model's error, worded."""
+        probe = self.checked()
+        calls: list[tuple[str, Callable[[Any], object]]] = [
+            (f"remove({block!r})", operator.methodcaller("remove", block))
+            for block in self.detached
+        ]
+        calls += [
+            (f"append({block!r})", operator.methodcaller("append", block)) for block in self.order
+        ]
+        calls.append(
+            ("remove(a sentinel)", operator.methodcaller("remove", probe.fake_free_list_head))
+        )
+        for label, call in calls:
+            problem = self.compare(label, call, checked_messages=False)
+            if problem:
+                return problem
+        return None
+
     def copies(self) -> str | None:
         """Deep copies (and pickles, where importable) keep the class, the period and the order."""
         numbers = [block.number for block in self.order]
@@ -371,7 +392,7 @@ def cross_check_every_state(
             continue
         run = _Run(queue_type, universe, [universe[number] for number in queued])
         report.states += 1
-        for part in (run.queries, run.counts, run.interleaved, run.copies):
+        for part in (run.queries, run.counts, run.refusals, run.interleaved, run.copies):
             try:
                 problem = part()
             except Exception as error:  # a crash of a queue under check is a finding

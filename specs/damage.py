@@ -112,6 +112,8 @@ class Damage:
     pooled: Expected
     full: Expected
     outsider: Block | None = None
+    #: ``"link"``, ``"foreign"``, ``"count"`` or ``"outside"``: the kinds of the docstring.
+    kind: str = "link"
 
 
 def _corrupt(node: object, side: str, value: object) -> Callable[[], None]:
@@ -197,6 +199,7 @@ def damages(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
                 HEALTHY,
                 Expected("I2", "the full check"),
                 foreign,
+                "foreign",
             )
         for position in range(1, length + 1):
             before, member, after = chain[position - 1], chain[position], chain[position + 1]
@@ -219,20 +222,29 @@ def damages(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
                 HEALTHY,
                 Expected("I3", at(position)),
                 foreign,
+                "foreign",
             )
     tail_place = Expected("I2", f"the tail, reached at {at(length + 1)}")
     for drift in (-2, -1, 1, 2):
         count = length + drift
         place = tail_place if count >= 0 else Expected("I2", "the queue")
         yield Damage(
-            f"count {count}", _corrupt(queue, "num_free_blocks", count), place, place, place
+            f"count {count}",
+            _corrupt(queue, "num_free_blocks", count),
+            place,
+            place,
+            place,
+            kind="count",
         )
     for odd in (length == 1, float(length), CountLike(length)):
         place = Expected("I2", "the queue") if not isinstance(odd, CountLike) else HEALTHY
         # An int subclass with the right value is a count check_invariants accepts; check
         # mode keeps exact ints and reports it.
         full = place if place.clause else Expected("I2", "the full check")
-        yield Damage(f"count {odd!r}", _corrupt(queue, "num_free_blocks", odd), place, place, full)
+        label = f"count {odd!r}"
+        yield Damage(
+            label, _corrupt(queue, "num_free_blocks", odd), place, place, full, kind="count"
+        )
     for index, block in enumerate(pool):
         if id(block) in in_order:
             continue
@@ -247,6 +259,7 @@ def damages(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
                     Expected("I4", f"item {index} of the given blocks"),
                     HEALTHY,
                     block,
+                    "outside",
                 )
 
 
