@@ -24,6 +24,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from specs.checker_matrix import MISSES
 from specs.crosscheck import checked_over, cross_check_every_state, user_subclass
 from specs.damage import NotABlock, _check_damage, check_every_damage, damages
 from specs.exhaustive import Indexable, IntSubclass
@@ -178,7 +179,8 @@ class CheckModeAgainstBase(RuleBasedStateMachine):
     The two queues hold twin universes (block ``i`` of one is block ``i`` of the other).
     Every call goes to both and both models; errors must match the model's in type, and in
     message for the production queue. A walk can be held open across any number of
-    mutations: each step must be what the live iteration documents. After every step, check
+    mutations: each step must be what the live iteration documents. The checked queue is also
+    damaged at drawn places, and must report it exactly. After every step, check
     mode's ``in`` and iteration, the base class's own ``__contains__`` and ``__iter__`` called
     on the checked queue, and the production queue's answers must all agree with the model.
     """
@@ -285,6 +287,28 @@ class CheckModeAgainstBase(RuleBasedStateMachine):
         else:
             self.standing = want.result  # type: ignore[assignment]
 
+    @rule(data=st.data())
+    def damage_checked(self, data: st.DataObject) -> None:
+        """Damage the checked queue at a drawn place: the exact report, from every check.
+
+        Its period is set to 1 for the damage, so the next operation runs the full check.
+        """
+        order = list(self.models[1].blocks)
+        universe = self.universes[1]
+        other: FreeBlockQueue[SpecBlock] = FreeBlockQueue()
+        world = World(universe, [self.checked, other])
+        values: list[object] = [None, NotABlock(), data.draw(st.sampled_from(universe))]
+        every = list(damages(self.checked, other, order, universe, values))
+        kind = data.draw(st.sampled_from(sorted({d.kind for d in every})), label="kind")
+        chosen = data.draw(st.sampled_from([d for d in every if d.kind == kind]), label="damage")
+        self.checked.full_check_every = 1
+        self.checked.full_check()
+        problem, _checks = _check_damage(world, chosen, (order, []), len(order))
+        assert problem is None, problem
+        world.wire(order, [])
+        self.checked.full_check_every = 3
+        self.checked.full_check()
+
     @rule()
     def copies(self) -> None:
         """Deep copies keep the user's class, check mode's period and the order."""
@@ -363,3 +387,21 @@ def test_integer_likes_count_as_documented() -> None:
     with pytest.raises(TypeError, match="not a bool"):
         queue.popleft_n(True)
     assert operator.index(Indexable(3)) == 3
+
+
+@pytest.mark.parametrize(
+    "name", [name for name in CHECKER_CATALOGUE if ("damage", name) not in MISSES]
+)
+def test_damage_layer_catches_planted_checker_bug(name: str) -> None:
+    """The exhaustive damage layer fails with each checker bug it is meant to see planted."""
+    with planted(CHECKER_CATALOGUE[name]):
+        assert check_every_damage(3).counterexample is not None
+
+
+@pytest.mark.parametrize(
+    "name", [name for name in CHECKER_CATALOGUE if ("cross-check", name) not in MISSES]
+)
+def test_cross_check_catches_planted_bug(name: str) -> None:
+    """The exhaustive cross-check fails with each bug of check mode or the queue it can see."""
+    with planted(CHECKER_CATALOGUE[name]) as queue_type:
+        assert cross_check_every_state(3, queue_type).counterexample is not None
