@@ -112,7 +112,8 @@ class Damage:
     pooled: Expected
     full: Expected
     outsider: Block | None = None
-    #: ``"link"``, ``"foreign"``, ``"count"`` or ``"outside"``: the kinds of the docstring.
+    #: ``"link"`` (``"end link"`` at a sentinel, ``"ring"`` back into the chain),
+    #: ``"foreign"``, ``"count"`` or ``"outside"``: the kinds of the docstring.
     kind: str = "link"
 
 
@@ -180,6 +181,13 @@ def damages(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
                     expected,
                     expected,
                     expected,
+                    kind=(
+                        "ring"
+                        if expected.clause == "I3"
+                        else "end link"
+                        if position in (0, length + 1) or "sentinel" in place.where
+                        else "link"
+                    ),
                 )
     detached = [block for block in pool if id(block) not in in_order]
     for foreign in detached[:1]:
