@@ -11,7 +11,7 @@ The bugs of :data:`specs.planted_bugs.checkers.CHECKER_CATALOGUE` (in ``invarian
 - ``exhaustive``: :func:`specs.exhaustive.check_every_state` over 3 blocks, batches up to 2;
 - ``queue machine`` and ``check mode``: the machines of ``tests/verification/test_stateful.py``,
 
-every machine derandomized and unshrunk, with 30 examples of up to 20 steps.
+every machine derandomized and unshrunk, with 50 examples of up to 20 steps.
 A layer that misses a bug says why in :data:`MISSES`; ``tests/verification/test_checker_matrix.py``
 recomputes every column, requires three layers per bug, and compares the page with
 :func:`render`. ``python -m specs.checker_matrix --write docs/checker-bug-matrix.md`` regenerates
@@ -103,7 +103,7 @@ def _check_mode(queue_type: type[Any]) -> bool:
 
 def _run(machine: type) -> bool:
     try:
-        _layers().run_machine(machine, _layers().BUG_HUNT)  # 30 examples of up to 20 steps
+        _layers().run_machine(machine, _layers().BUG_HUNT)  # 50 examples of up to 20 steps
     except Exception:  # any failure of the run is the machine reporting the bug
         return True
     return False
@@ -173,7 +173,7 @@ def render(matrix: dict[tuple[str, str], bool]) -> str:
         "other layer asks for (counts of other integer types, copies of subclasses, walks held "
         "open across mutations, `in`, error messages). A checker bug is one function copied "
         "with one defect and swapped in for the run. Each layer runs at a small size: the "
-        "exhaustive layers over 3 blocks, every machine derandomized with 30 examples of up to "
+        "exhaustive layers over 3 blocks, every machine derandomized with 50 examples of up to "
         "20 steps.",
         "",
         "| Bug | File | Kind | Replaces | " + " | ".join(LAYERS) + " | Caught by |",
