@@ -400,7 +400,9 @@ class QueueAgainstModel(RuleBasedStateMachine):
     @rule()
     def copy_of_a_subclass(self) -> None:
         """A deep copy and a pickle of a user's subclass keep the subclass and the order."""
-        subclass = type(f"User{self.queue_type.__name__}", (self.queue_type,), {"__slots__": ()})
+        subclass: type[FreeBlockQueue[SpecBlock]] = type(
+            f"User{self.queue_type.__name__}", (self.queue_type,), {"__slots__": ()}
+        )
         original = subclass(SpecBlock(n) for n in range(3))
         twin = copy.deepcopy(original)
         assert type(twin) is subclass, f"a deep copy of a {subclass.__name__} is a {type(twin)}"
@@ -764,7 +766,9 @@ class CheckedQueueMisuse(RuleBasedStateMachine):
     @rule()
     def copy_of_a_subclass(self) -> None:
         """A deep copy of a user's subclass of check mode keeps the class and the period."""
-        subclass = type("UserCheckedQueue", (self.checked_type,), {"__slots__": ()})
+        subclass: type[CheckedFreeBlockQueue[SpecBlock]] = type(
+            "UserCheckedQueue", (self.checked_type,), {"__slots__": ()}
+        )
         original = subclass([SpecBlock(n) for n in range(3)], full_check_every=5)
         twin = copy.deepcopy(original)
         assert type(twin) is subclass, f"a deep copy of a {subclass.__name__} is a {type(twin)}"
