@@ -62,19 +62,50 @@ _NO_COPIES = "it never copies or pickles a queue, let alone a user's subclass"
 _NO_MUTATING_WALK = "it drains every walk at once: nothing changes the queue while a walk stands"
 _INTS_ONLY = "it passes counts of type int only"
 
+_CHECK_MODE_REDUNDANT = (
+    "the operation after the damage reports it by check mode's own O(1) checks of the links it "
+    "touches, which do not go through the broken function, and the machine asks only that "
+    "something is reported, not what"
+)
+_PRODUCTION_ONLY = "it runs the production queue only, never check mode"
+_OWN_COUNT = (
+    "check mode converts the count itself (a bool refused, anything else made an int) before "
+    "the base method runs, so the base method only ever sees an int"
+)
+_OWN_REDUCE = "check mode copies and pickles with its own `__reduce__`, not the base method's"
+_OWN_REFUSAL = "check mode refuses a non-member itself, before the base `remove` runs"
+
 #: Why each layer misses each bug it misses: (layer, bug) -> reason.
 MISSES: dict[tuple[str, str], str] = {}
-for _name, _bug in CHECKER_CATALOGUE.items():
-    if _bug.source == "queue.py" or _name in (
-        "checked_contains_by_value",
-        "checked_reduce_forgets_type",
-    ):
+_CHECKER_BUGS = [
+    name
+    for name, bug in CHECKER_CATALOGUE.items()
+    if bug.source != "queue.py"
+    and name not in ("checked_contains_by_value", "checked_reduce_forgets_type")
+]
+for _name in CHECKER_CATALOGUE:
+    if _name not in _CHECKER_BUGS:
         MISSES["damage", _name] = _NO_QUERIES
         MISSES["damage machine", _name] = _NO_QUERIES
-    else:
-        MISSES["cross-check", _name] = _HEALTHY_ONLY
-        for _layer in ("exhaustive", "queue machine", "check mode"):
-            MISSES[_layer, _name] = _CHECKER_ONLY
+for _name in _CHECKER_BUGS:
+    MISSES["cross-check", _name] = _HEALTHY_ONLY
+    MISSES["exhaustive", _name] = _CHECKER_ONLY
+    MISSES["queue machine", _name] = _CHECKER_ONLY
+    if _name != "outer_links_head_only":  # append checks the tail's outer link itself
+        MISSES["check mode", _name] = _CHECK_MODE_REDUNDANT
+for _layer in ("exhaustive", "queue machine"):
+    MISSES[_layer, "checked_contains_by_value"] = _PRODUCTION_ONLY
+    MISSES[_layer, "checked_reduce_forgets_type"] = _PRODUCTION_ONLY
+MISSES["exhaustive", "reduce_loses_subclass"] = _NO_COPIES
+MISSES["exhaustive", "walk_reads_ahead"] = _NO_MUTATING_WALK
+MISSES["queue machine", "popleft_n_accepts_bool"] = _INTS_ONLY
+MISSES["queue machine", "popleft_n_refuses_indexables"] = _INTS_ONLY
+MISSES["check mode", "popleft_n_accepts_bool"] = _OWN_COUNT
+MISSES["check mode", "popleft_n_refuses_indexables"] = _OWN_COUNT
+MISSES["check mode", "reduce_loses_subclass"] = _OWN_REDUCE
+MISSES["check mode", "contains_stops_before_last"] = _NO_BASE
+MISSES["check mode", "walk_reads_ahead"] = _NO_BASE
+MISSES["check mode", "remove_names_wrong_operation"] = _OWN_REFUSAL
 
 
 def _stateful() -> Any:
