@@ -28,8 +28,7 @@ and every sentinel, drained (a refusal must come from the call:
 tail the end); and the queries ``len``, ``bool``, ``iter``, ``get_all_free_blocks``, ``repr``
 and ``in``, which must change nothing. ``remove`` and ``iter_blocks_after`` of a block linked
 in B are outside the production queue's contract (it cannot tell such a block from its own in
-O(1)); they are skipped and counted as
-``outside_contract``.
+O(1)); they are skipped and counted as ``outside_contract``.
 
 After each call: A's invariants hold; the result, or the exception type and message, and A's
 new state equal :class:`~specs.model.ListModel`'s; every block in no queue is detached; B is
