@@ -9,7 +9,8 @@ The bugs of :data:`specs.planted_bugs.checkers.CHECKER_CATALOGUE` (in ``invarian
 - ``cross-check``: :func:`specs.crosscheck.cross_check_every_state` over 3 blocks;
 - ``cross-check machine``: ``CheckModeAgainstBase`` of the same test module;
 - ``exhaustive``: :func:`specs.exhaustive.check_every_state` over 3 blocks, batches up to 2;
-- ``queue machine`` and ``check mode``: the machines of ``tests/verification/test_stateful.py``,
+- ``queue machine`` and ``check mode``: the machines of ``tests/verification/test_stateful.py``
+  (``QueueAcrossChanges``: the queue machine with walks held across changes and copies),
 
 every machine derandomized and unshrunk, with 50 examples of up to 20 steps.
 A layer that misses a bug says why in :data:`MISSES`; ``tests/verification/test_checker_matrix.py``
@@ -98,6 +99,10 @@ for _layer in ("exhaustive", "queue machine"):
     MISSES[_layer, "checked_reduce_forgets_type"] = _PRODUCTION_ONLY
 MISSES["exhaustive", "reduce_loses_subclass"] = _NO_COPIES
 MISSES["exhaustive", "walk_reads_ahead"] = _NO_MUTATING_WALK
+MISSES["queue machine", "contains_stops_before_last"] = (
+    "not met in its 50 runs of up to 20 steps: `in` of the last block of a queue, the one case "
+    "that shows it, was never drawn"
+)
 MISSES["queue machine", "popleft_n_accepts_bool"] = _INTS_ONLY
 MISSES["queue machine", "popleft_n_refuses_indexables"] = _INTS_ONLY
 MISSES["check mode", "popleft_n_accepts_bool"] = _OWN_COUNT
@@ -118,7 +123,7 @@ def _layers() -> Any:
 
 def _queue_machine(queue_type: type[Any]) -> bool:
     stateful = _stateful()
-    machine = stateful._machine_for(stateful.QueueAgainstModel, queue_type)
+    machine = stateful._machine_for(stateful.QueueAcrossChanges, queue_type)
     return _run(machine)
 
 
