@@ -17,17 +17,18 @@ argument), and why wiring by hand covers every pair of queues: "Why a bounded pr
 in docs/verification.md.
 
 From every state the checker applies every operation with every argument: ``popleft()``;
-``popleft_n(n)`` for ``n`` from -2 to ``len + 2``; ``remove`` and ``append`` of every block and
-of A's and B's sentinels; ``append_n``, ``prepend_n`` and the constructor with every batch of up
-to ``max_batch`` universe blocks (repeats and the empty batch included), as a list and, up to
-length 2, as a one-shot iterator, plus batches ending in a sentinel and iterators that raise
-part-way; ``iter_blocks_after`` from ``None``, every block and every sentinel, drained (a
-refusal must come from the call: :class:`~specs.structure.LateError` otherwise; for the model
-A's head means ``None`` and its tail the end); and the queries ``len``, ``bool``, ``iter``,
-``get_all_free_blocks``, ``repr`` and ``in``, which must change nothing. ``remove`` and
-``iter_blocks_after`` of a block linked in B are outside the production queue's contract (it
-cannot tell such a block from its own in O(1)); they are skipped and counted as
-``outside_contract``.
+``popleft_n(n)`` for ``n`` from -2 to ``len + 2``, and of every integer-like type
+(:func:`integer_likes`: ``bool``, an ``int`` subclass, an ``__index__`` object); ``remove`` and
+``append`` of every block and of A's and B's sentinels; ``append_n``, ``prepend_n`` and the
+constructor with every batch of up to ``max_batch`` universe blocks (repeats and the empty
+batch included), as a list and, up to length 2, as a one-shot iterator, plus batches ending in
+a sentinel and iterators that raise part-way; ``iter_blocks_after`` from ``None``, every block
+and every sentinel, drained (a refusal must come from the call:
+:class:`~specs.structure.LateError` otherwise; for the model A's head means ``None`` and its
+tail the end); and the queries ``len``, ``bool``, ``iter``, ``get_all_free_blocks``, ``repr``
+and ``in``, which must change nothing. ``remove`` and ``iter_blocks_after`` of a block linked
+in B are outside the production queue's contract (it cannot tell such a block from its own in
+O(1)); they are skipped and counted as ``outside_contract``.
 
 After each call: A's invariants hold; the result, or the exception type and message, and A's
 new state equal :class:`~specs.model.ListModel`'s; every block in no queue is detached; B is
@@ -74,7 +75,15 @@ from verified_queue.errors import InvariantViolation, QueueError
 from verified_queue.invariants import check_invariants
 from verified_queue.queue import FreeBlockQueue
 
-__all__ = ["ExhaustiveReport", "check_every_state", "count_states", "main"]
+__all__ = [
+    "ExhaustiveReport",
+    "Indexable",
+    "IntSubclass",
+    "check_every_state",
+    "count_states",
+    "integer_likes",
+    "main",
+]
 
 _PREV = operator.attrgetter("prev_free_block")
 _NEXT = operator.attrgetter("next_free_block")
@@ -89,6 +98,36 @@ Operation = tuple[str, Callable[[Target], object], int]
 Construction = tuple[str, Callable[[], Iterable[Block]]]
 #: The numbers of the blocks in A, front first, and in B, front first.
 State = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+class IntSubclass(int):
+    """An ``int`` subclass, as an enum or a library's count type is: a count like any int."""
+
+    def __repr__(self) -> str:
+        return f"IntSubclass({int(self)})"
+
+
+class Indexable:
+    """A numpy-like scalar: no ``int``, but ``__index__`` gives one, so a count."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Indexable({self.value})"
+
+
+def integer_likes(length: int) -> list[object]:
+    """Counts of every integer-like type for a queue of ``length``: bools, a subclass, __index__.
+
+    A ``bool`` must be refused (``WrongTypeError``) though it is an ``int``; the others count.
+
+    Runtime complexity: O(1)
+    """
+    return [True, False, IntSubclass(length), IntSubclass(1), Indexable(length), Indexable(-1)]
 
 
 class BatchInterrupted(Exception):
@@ -472,10 +511,10 @@ class _Checker:
             foreign = set(other)
             operations = [op for op in operations if op[2] not in foreign]
             self.report.outside_contract += len(self.operations) - len(operations)
-        counts = range(-2, len(queued) + 3)
+        counts: list[object] = [*range(-2, len(queued) + 3), *integer_likes(len(queued))]
         return [
             *operations,
-            *((f"popleft_n({n})", methodcaller("popleft_n", n), -1) for n in counts),
+            *((f"popleft_n({n!r})", methodcaller("popleft_n", n), -1) for n in counts),
         ]
 
     def check_operations(

@@ -21,6 +21,7 @@ every machine.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from operator import methodcaller
 from typing import Any, ClassVar, TypeVar
@@ -40,7 +41,7 @@ from hypothesis.stateful import (
 )
 
 from specs.bug_matrix import MISSES
-from specs.model import ListModel, Membership, SpecBlock
+from specs.model import ListModel, Membership, SpecBlock, position
 from specs.planted_bugs import PLANTED_BUGS
 from specs.structure import (
     Outcome,
@@ -49,6 +50,7 @@ from specs.structure import (
     outcome_difference,
     outcome_of,
 )
+from verified_queue._messages import changed_during_iteration
 from verified_queue.block import Block, Sentinel
 from verified_queue.checked import CheckedFreeBlockQueue
 from verified_queue.errors import (
@@ -92,15 +94,22 @@ def _interrupted(blocks: Sequence[Block]) -> Iterator[Block]:
 
 
 def _agree(
-    label: str, queue_call: Callable[[], object], model_call: Callable[[], object]
+    label: str,
+    queue_call: Callable[[], object],
+    model_call: Callable[[], object],
+    *,
+    messages: bool = True,
 ) -> Outcome:
     """Run one call on the queue and on the model; fail unless both give the same outcome.
+
+    An error must match in type and, with ``messages``, in message: a refusal that names the
+    wrong call is a bug.
 
     Returns the queue's outcome (its ``error`` is set when both rejected the call).
     """
     want = outcome_of(model_call)
     got = outcome_of(queue_call)
-    problem = outcome_difference(got, want)
+    problem = outcome_difference(got, want, messages=messages)
     assert problem is None, f"{label}: {problem}"
     return got
 
@@ -360,6 +369,66 @@ class QueueAgainstModel(RuleBasedStateMachine):
 TestQueueAgainstModel = QueueAgainstModel.TestCase
 
 
+class QueueAcrossChanges(QueueAgainstModel):
+    """The queue machine, plus walks held across a change and copies of a user's subclass.
+
+    A machine of its own, so that the queue machine's derandomized runs, which the bug matrix
+    records, stay what they were.
+    """
+
+    @precondition(lambda self: len(self.model) > 0)
+    @rule(data=st.data(), change=st.sampled_from(["remove", "popleft", "append", "prepend_n"]))
+    def walk_across_a_change(self, data: st.DataObject, change: str) -> None:
+        """Step a walk once, change the queue, drain it: the walk is live, as documented.
+
+        It goes on from the block it stands on as linked now, and raises NotInQueueError
+        (with its message) if that block left the queue.
+        """
+        blocks = self.model.blocks
+        cursor = _pick(data, [None, *blocks[:-1]], "cursor")
+        walk = iter(self.queue) if cursor is None else self.queue.iter_blocks_after(cursor)
+        standing = next(walk)
+        expected_first = blocks[0] if cursor is None else blocks[position(blocks, cursor) + 1]
+        assert standing is expected_first, f"the walk from {cursor!r} began at {standing!r}"
+        detached = self.detached()
+        if change == "remove":
+            target = _pick(data, blocks, "removed")
+            call: Callable[[Any], object] = lambda q: q.remove(target)  # noqa: E731
+        elif change == "popleft":
+            call = lambda q: q.popleft()  # noqa: E731
+        elif not detached:
+            return
+        else:
+            spare = _pick(data, detached, "freed")
+            call = (
+                (lambda q: q.append(spare))
+                if change == "append"
+                else (lambda q: q.prepend_n([spare]))
+            )
+        self.both(f"{change} during a walk", call)
+        now = self.model.blocks
+        at = position(now, standing)
+        want = (
+            Outcome(result=now[at + 1 :]) if at >= 0 else Outcome(error=changed_during_iteration())
+        )
+        problem = outcome_difference(outcome_of(list, walk), want, messages=True)
+        assert problem is None, f"the rest of a walk standing on {standing!r}: {problem}"
+
+    @rule()
+    def copy_of_a_subclass(self) -> None:
+        """A deep copy and a pickle of a user's subclass keep the subclass and the order."""
+        subclass: type[FreeBlockQueue[SpecBlock]] = type(
+            f"User{self.queue_type.__name__}", (self.queue_type,), {"__slots__": ()}
+        )
+        original = subclass(SpecBlock(n) for n in range(3))
+        twin = copy.deepcopy(original)
+        assert type(twin) is subclass, f"a deep copy of a {subclass.__name__} is a {type(twin)}"
+        assert [block.number for block in twin.get_all_free_blocks()] == [0, 1, 2]
+
+
+TestQueueAcrossChanges = QueueAcrossChanges.TestCase
+
+
 # --------------------------------------------------------------------------- machine 2
 
 # A link a buggy caller might write: (node, "prev_free_block" or "next_free_block").
@@ -407,10 +476,12 @@ class CheckedQueueMisuse(RuleBasedStateMachine):
         self.in_use.extend(extra)
 
     def both(self, index: int, label: str, call: Callable[[Any], object]) -> Outcome:
+        # Types only: check mode words its own refusals (a foreign cursor, a cleared member).
         return _agree(
             f"checked queue {index}: {label}",
             lambda: call(self.queues[index]),
             lambda: call(self.models[index]),
+            messages=False,
         )
 
     def caught(self, index: int, label: str, call: Callable[[Any], object]) -> None:
@@ -696,6 +767,24 @@ class CheckedQueueMisuse(RuleBasedStateMachine):
         block.prev_free_block, block.next_free_block = saved
         self.healthy(0)
         assert queue.get_all_free_blocks() is not None
+
+    @rule(index=st.integers(0, 1), data=st.data())
+    def contains(self, index: int, data: st.DataObject) -> None:
+        """Check mode's ``in`` of any block of the pool: by identity, as the model says."""
+        block = _pick(data, self.pool, "block")
+        self.both(index, f"{block!r} in queue", lambda target: block in target)
+
+    @rule()
+    def copy_of_a_subclass(self) -> None:
+        """A deep copy of a user's subclass of check mode keeps the class and the period."""
+        subclass: type[CheckedFreeBlockQueue[SpecBlock]] = type(
+            "UserCheckedQueue", (self.checked_type,), {"__slots__": ()}
+        )
+        original = subclass([SpecBlock(n) for n in range(3)], full_check_every=5)
+        twin = copy.deepcopy(original)
+        assert type(twin) is subclass, f"a deep copy of a {subclass.__name__} is a {type(twin)}"
+        assert twin.full_check_every == 5
+        assert [block.number for block in twin.get_all_free_blocks()] == [0, 1, 2]
 
     @invariant()
     def queues_match_models(self) -> None:
