@@ -22,6 +22,7 @@ import verified_queue
 from bench.baselines import PostChangeBlock, PostChangeQueue
 from bench.subjects import BenchBlock, QueueLike
 from bench.workloads import collector_off, time_batch, time_single
+from verified_queue._messages import already_linked
 from verified_queue.block import Block
 from verified_queue.queue import FreeBlockQueue, _unlink_run
 
@@ -106,6 +107,38 @@ class NoBatchGuard(FreeBlockQueue[Any]):
         self.num_free_blocks += len(batch)
 
 
+class OneReadBatchGuard(FreeBlockQueue[Any]):
+    """``append_n`` reading one link per block: what a head sentinel with ``prev`` set would allow.
+
+    ``prev_free_block`` alone refuses a linked block, a tail sentinel and a
+    repeat in the batch, but not a head sentinel, whose ``prev`` is ``None``:
+    this is the guard that a representation with a non-``None`` outer link on
+    the head would make sufficient, timed here before anyone pays for the change.
+    """
+
+    __slots__ = ()
+
+    def append_n(self, blocks: Iterable[Any]) -> None:
+        """Production ``append_n`` with the ``next_free_block`` read of its guard taken out."""
+        batch: list[Any] = blocks if type(blocks) is list else list(blocks)
+        tail = self.fake_free_list_tail
+        first_last: Block = tail.prev_free_block  # type: ignore[assignment]  # as in production
+        last = first_last
+        try:
+            for block in batch:
+                if block.prev_free_block is not None:
+                    raise already_linked("append_n", block, last, first_last)
+                block.prev_free_block = last
+                last.next_free_block = block
+                last = block
+        except BaseException:
+            _unlink_run(first_last, last, tail)
+            raise
+        last.next_free_block = tail
+        tail.prev_free_block = last
+        self.num_free_blocks += len(batch)
+
+
 class NoBatchGuardNoAtomicity(FreeBlockQueue[Any]):
     """``append_n`` as the post-change design writes it: no guard, no copy, no undo."""
 
@@ -130,6 +163,7 @@ VARIANTS: dict[str, tuple[type[FreeBlockQueue[Any]], str, str]] = {
     "append: double-free check (2 link reads)": (NoDoubleFreeGuard, "single", "call"),
     "popleft_n: n > len and n < 0 checks": (NoCountGuards, "batch", "step"),
     "append_n: double-free check (2 link reads per block)": (NoBatchGuard, "batch", "block"),
+    "append_n: its second link read (next_free_block)": (OneReadBatchGuard, "batch", "block"),
     "append_n: that check, the list copy and the undo path": (
         NoBatchGuardNoAtomicity,
         "batch",
