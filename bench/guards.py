@@ -4,7 +4,11 @@ Each variant below is the production method with one guard taken out and
 nothing else changed; timing it against the production queue (interleaved,
 GC off, median of the repetitions, as in :mod:`bench.workloads`) isolates
 that guard's cost. The variants exist for this measurement only: without
-their guards they corrupt a queue on the misuse the guard refuses.
+their guards they corrupt a queue on the misuse the guard refuses. When
+vLLM's wheel is found (as for ``tox -e bench``), vLLM's own queue is timed
+in the same rotation, and both the production queue and the variant are
+also given as ratios to it: what taking the guard out would buy against
+the target of at most 1.00x.
 
 The compiled build is not measured here: an interpreted variant of a compiled
 class would measure the interpreter, not the guard.
@@ -20,7 +24,7 @@ from typing import Any
 
 import verified_queue
 from bench.baselines import PostChangeBlock, PostChangeQueue
-from bench.subjects import BenchBlock, QueueLike
+from bench.subjects import BenchBlock, QueueLike, vllm_release_subject
 from bench.workloads import collector_off, time_batch, time_single
 from verified_queue._messages import already_linked
 from verified_queue.block import Block
@@ -216,17 +220,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Python guard costs, median of {args.repetitions} interleaved repetitions, "
         f"queue of {args.queue_size:,} blocks; 'production' is verified_queue.FreeBlockQueue"
     )
+    release = vllm_release_subject()
+    reference = "post-change" if release is None else release.name
     print(
         "\n| guard | workload | n | production µs | without the guard µs "
-        "| guard cost per step | per call or block | share of post-change's step |"
+        f"| guard cost per step | per call or block | share of {reference}'s step "
+        f"| production / {reference} | without / {reference} |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for guard, (variant, workload, unit) in VARIANTS.items():
         builders: dict[str, tuple[Callable[[list[Any]], QueueLike], Callable[[int], Any]]] = {
             "production": (FreeBlockQueue, BenchBlock),
             "variant": (variant, BenchBlock),
             "post-change": (PostChangeQueue, PostChangeBlock),
         }
+        if release is not None:
+            # vLLM's own queue, from its wheel, with its own block class.
+            builders[reference] = (release.new_queue, release.new_block)
         for n in sizes:
             times = _median_times(builders, workload, n, args.repetitions, args.queue_size)
             cost = times["production"] - times["variant"]
@@ -235,7 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"| {guard} | {workload} | {n} | {times['production'] * 1e6:,.2f} "
                 f"| {times['variant'] * 1e6:,.2f} | {cost * 1e9:+,.0f} ns "
                 f"| {each * 1e9:+.1f} ns per {unit} "
-                f"| {cost / times['post-change'] * 100:+.1f}% |",
+                f"| {cost / times[reference] * 100:+.1f}% "
+                f"| {times['production'] / times[reference]:.2f}x "
+                f"| {times['variant'] / times[reference]:.2f}x |",
                 flush=True,
             )
     return 0
