@@ -4,7 +4,11 @@ Each variant below is the production method with one guard taken out and
 nothing else changed; timing it against the production queue (interleaved,
 GC off, median of the repetitions, as in :mod:`bench.workloads`) isolates
 that guard's cost. The variants exist for this measurement only: without
-their guards they corrupt a queue on the misuse the guard refuses.
+their guards they corrupt a queue on the misuse the guard refuses. When
+vLLM's wheel is found (as for ``tox -e bench``), vLLM's own queue is timed
+in the same rotation, and both the production queue and the variant are
+also given as ratios to it: what taking the guard out would buy against
+the target of at most 1.00x.
 
 The compiled build is not measured here: an interpreted variant of a compiled
 class would measure the interpreter, not the guard.
@@ -20,8 +24,9 @@ from typing import Any
 
 import verified_queue
 from bench.baselines import PostChangeBlock, PostChangeQueue
-from bench.subjects import BenchBlock, QueueLike
+from bench.subjects import BenchBlock, QueueLike, vllm_release_subject
 from bench.workloads import collector_off, time_batch, time_single
+from verified_queue._messages import already_linked
 from verified_queue.block import Block
 from verified_queue.queue import FreeBlockQueue, _unlink_run
 
@@ -106,6 +111,38 @@ class NoBatchGuard(FreeBlockQueue[Any]):
         self.num_free_blocks += len(batch)
 
 
+class OneReadBatchGuard(FreeBlockQueue[Any]):
+    """``append_n`` reading one link per block: what a head sentinel with ``prev`` set would allow.
+
+    ``prev_free_block`` alone refuses a linked block, a tail sentinel and a
+    repeat in the batch, but not a head sentinel, whose ``prev`` is ``None``:
+    this is the guard that a representation with a non-``None`` outer link on
+    the head would make sufficient, timed here before anyone pays for the change.
+    """
+
+    __slots__ = ()
+
+    def append_n(self, blocks: Iterable[Any]) -> None:
+        """Production ``append_n`` with the ``next_free_block`` read of its guard taken out."""
+        batch: list[Any] = blocks if type(blocks) is list else list(blocks)
+        tail = self.fake_free_list_tail
+        first_last: Block = tail.prev_free_block  # type: ignore[assignment]  # as in production
+        last = first_last
+        try:
+            for block in batch:
+                if block.prev_free_block is not None:
+                    raise already_linked("append_n", block, last, first_last)
+                block.prev_free_block = last
+                last.next_free_block = block
+                last = block
+        except BaseException:
+            _unlink_run(first_last, last, tail)
+            raise
+        last.next_free_block = tail
+        tail.prev_free_block = last
+        self.num_free_blocks += len(batch)
+
+
 class NoBatchGuardNoAtomicity(FreeBlockQueue[Any]):
     """``append_n`` as the post-change design writes it: no guard, no copy, no undo."""
 
@@ -130,6 +167,7 @@ VARIANTS: dict[str, tuple[type[FreeBlockQueue[Any]], str, str]] = {
     "append: double-free check (2 link reads)": (NoDoubleFreeGuard, "single", "call"),
     "popleft_n: n > len and n < 0 checks": (NoCountGuards, "batch", "step"),
     "append_n: double-free check (2 link reads per block)": (NoBatchGuard, "batch", "block"),
+    "append_n: its second link read (next_free_block)": (OneReadBatchGuard, "batch", "block"),
     "append_n: that check, the list copy and the undo path": (
         NoBatchGuardNoAtomicity,
         "batch",
@@ -182,17 +220,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Python guard costs, median of {args.repetitions} interleaved repetitions, "
         f"queue of {args.queue_size:,} blocks; 'production' is verified_queue.FreeBlockQueue"
     )
+    release = vllm_release_subject()
+    reference = "post-change" if release is None else release.name
     print(
         "\n| guard | workload | n | production µs | without the guard µs "
-        "| guard cost per step | per call or block | share of post-change's step |"
+        f"| guard cost per step | per call or block | share of {reference}'s step "
+        f"| production / {reference} | without / {reference} |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for guard, (variant, workload, unit) in VARIANTS.items():
         builders: dict[str, tuple[Callable[[list[Any]], QueueLike], Callable[[int], Any]]] = {
             "production": (FreeBlockQueue, BenchBlock),
             "variant": (variant, BenchBlock),
             "post-change": (PostChangeQueue, PostChangeBlock),
         }
+        if release is not None:
+            # vLLM's own queue, from its wheel, with its own block class.
+            builders[reference] = (release.new_queue, release.new_block)
         for n in sizes:
             times = _median_times(builders, workload, n, args.repetitions, args.queue_size)
             cost = times["production"] - times["variant"]
@@ -201,7 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"| {guard} | {workload} | {n} | {times['production'] * 1e6:,.2f} "
                 f"| {times['variant'] * 1e6:,.2f} | {cost * 1e9:+,.0f} ns "
                 f"| {each * 1e9:+.1f} ns per {unit} "
-                f"| {cost / times['post-change'] * 100:+.1f}% |",
+                f"| {cost / times[reference] * 100:+.1f}% "
+                f"| {times['production'] / times[reference]:.2f}x "
+                f"| {times['variant'] / times[reference]:.2f}x |",
                 flush=True,
             )
     return 0

@@ -5,15 +5,17 @@ implementation for each n and, in brackets, its ratio to vLLM 0.33.0's own
 queue and block class, executed from the vllm wheel (below 1.00x is faster;
 the post-change design of bench/baselines.py is the reference when no wheel
 is found), then the memory per block, the cost of
-the check-mode switch when it is off, and the project's targets with the
-ratios this run measured. ``--plot FILE.png`` draws the same medians (needs
-the ``plot`` extra).
+the check-mode switch when it is off, the machine load (with a warning when
+the run was noisy), and the project's targets with the ratios this run
+measured. ``--plot FILE.png`` draws the ratios to the reference (needs the
+``plot`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -21,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import verified_queue
+from bench.noise import Load, noise_warnings, read_load
 from bench.subjects import (
     POST_CHANGE,
     VLLM_RELEASE,
@@ -135,15 +138,20 @@ def _ratio(result: WorkloadResult, name: str, reference: str, n: int) -> float |
     return None if mine is None or theirs is None else mine / theirs
 
 
-def targets(results: Sequence[WorkloadResult], production: str) -> list[tuple[str, str, bool]]:
-    """Return ``(target, measured, met)`` for each project target this run can judge."""
+def targets(
+    results: Sequence[WorkloadResult], production: str, reference: str = POST_CHANGE
+) -> list[tuple[str, str, bool]]:
+    """Return ``(target, measured, met)`` for each project target this run can judge.
+
+    Ratios are to ``reference``: vLLM's own queue when its wheel was found.
+    """
     by_name = {result.name: result for result in results}
     rows: list[tuple[str, str, bool]] = []
     compiled = verified_queue.COMPILED
     worst: tuple[float, str] | None = None
     for result in results:
         for n in result.medians.get(production, {}):
-            ratio = _ratio(result, production, POST_CHANGE, n)
+            ratio = _ratio(result, production, reference, n)
             if ratio is not None and (worst is None or ratio > worst[0]):
                 worst = (ratio, f"{result.name}, n={n}")
     if worst is not None:
@@ -151,7 +159,7 @@ def targets(results: Sequence[WorkloadResult], production: str) -> list[tuple[st
         met = worst[0] < 1.0 if compiled else worst[0] <= 1.0
         rows.append(
             (
-                f"{production} {goal} the post-change design on every workload and n",
+                f"{production} {goal} {reference} on every workload and n",
                 f"worst {worst[0]:.2f}x ({worst[1]})",
                 met,
             )
@@ -171,11 +179,11 @@ def targets(results: Sequence[WorkloadResult], production: str) -> list[tuple[st
             )
     if compiled and single is not None and batch is not None:
         for result, floor in ((single, 3.0), (batch, 1.5)):
-            ratio = _ratio(result, POST_CHANGE, production, big)
+            ratio = _ratio(result, reference, production, big)
             if ratio is not None:
                 rows.append(
                     (
-                        f"compiled at least {floor:g}x faster than post-change, "
+                        f"compiled at least {floor:g}x faster than {reference}, "
                         f"{result.name}, n=1000",
                         f"{ratio:.2f}x faster",
                         ratio >= floor,
@@ -230,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
     production = subjects[0].name
     reference = reference_name(subjects)
     chosen = args.workload or list(WORKLOADS)
+    load_at_start = read_load()
     print(_describe(settings, reference))
     if reference != VLLM_RELEASE:
         print(
@@ -259,9 +268,14 @@ def run(args: argparse.Namespace) -> int:
         for label, size in memory.items():
             print(f"| {label} | {size:.0f} |")
         switch = _switch_check(settings)
+    load = Load(load_at_start, read_load(), os.cpu_count() or 1)
+    warnings = noise_warnings(load, results, reference)
+    print(f"\n{load.describe()}")
+    for warning in warnings:
+        print(f"WARNING, noisy run: {warning}")
     print("\n| target | measured | met |")
     print("|---|---|---|")
-    for goal, measured, met in targets(results, production):
+    for goal, measured, met in targets(results, production, reference):
         print(f"| {goal} | {measured} | {'yes' if met else 'NO'} |")
     if args.json is not None:
         payload = {
@@ -270,12 +284,17 @@ def run(args: argparse.Namespace) -> int:
             "workloads": {r.name: {"unit": r.unit, "samples": r.samples} for r in results},
             "bytes_per_block": memory,
             "switch_off": None if switch is None else switch.samples,
+            "load": {"start": load.start, "end": load.end, "cores": load.cores},
+            "noise_warnings": warnings,
         }
         args.json.write_text(json.dumps(payload, indent=1) + "\n")
     if args.plot is not None:
         from bench.plot import draw  # noqa: PLC0415 -- matplotlib is an optional extra
 
-        draw(results, subjects, args.plot, title=_describe(settings, reference))
+        title = f"{_describe(settings, reference)}\n{load.describe()}"
+        if warnings:
+            title += " (noisy run)"
+        draw(results, subjects, args.plot, title=title, reference=reference)
         print(f"\nplot written to {args.plot}")
     return 0
 

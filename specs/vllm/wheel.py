@@ -79,7 +79,8 @@ WHEEL_ENV = "VERIFIED_QUEUE_VLLM_WHEEL"
 #: The environment variable naming the releases to test (comma-separated; default the newest).
 VERSIONS_ENV = "VERIFIED_QUEUE_VLLM_VERSIONS"
 #: Where ``tox -e vllm`` keeps the downloaded wheel, inside the git-ignored ``.tox/``.
-TOX_WHEEL_DIR = Path(__file__).resolve().parent.parent / ".tox" / "vllm-wheel"
+#: (``specs/vllm/wheel.py``: the checkout is three levels up.)
+TOX_WHEEL_DIR = Path(__file__).resolve().parents[2] / ".tox" / "vllm-wheel"
 #: The two files read out of the wheel.
 KV_CACHE_UTILS = "vllm/v1/core/kv_cache_utils.py"
 BLOCK_POOL = "vllm/v1/core/block_pool.py"

@@ -19,6 +19,7 @@ from specs.vllm.wheel import (
     DEFAULT_VERSION,
     KV_CACHE_UTILS,
     PINNED_VERSIONS,
+    TOX_WHEEL_DIR,
     VERSIONS_ENV,
     WHEEL_ENV,
     WheelNotFoundError,
@@ -92,6 +93,13 @@ def test_a_variable_naming_no_wheel_raises(monkeypatch: pytest.MonkeyPatch, tmp_
     with pytest.raises(WheelNotFoundError, match=r"specs/vllm/fetch\.py") as caught:
         configured_wheel()
     assert str(tmp_path) in str(caught.value)
+
+
+def test_the_benchmark_looks_where_tox_puts_the_wheel() -> None:
+    """TOX_WHEEL_DIR is tox's {work_dir}/vllm-wheel: the checkout's .tox, not one inside specs/."""
+    checkout = Path(__file__).resolve().parents[2]
+    assert (checkout / "tox.ini").is_file()
+    assert checkout / ".tox" / "vllm-wheel" == TOX_WHEEL_DIR
 
 
 def test_a_directory_or_the_file_itself_finds_the_wheel(tmp_path: Path) -> None:
