@@ -118,10 +118,47 @@ class Damage:
 
 
 def _corrupt(node: object, side: str, value: object) -> Callable[[], None]:
-    return lambda: setattr(node, side, value)
+    write = functools.partial(setattr, node, side, value)
+    # The compiled build types its links and count: what it refuses or converts (a bool
+    # count reads back as an int), outside code cannot write either, so that damage does
+    # not exist there.
+    probe: object = FreeBlockQueue() if side == "num_free_blocks" else Block()
+    try:
+        setattr(probe, side, value)
+    except TypeError:
+        return _UNSTORABLE
+    stored = getattr(probe, side)
+    if stored is not value and (type(stored) is not type(value) or stored != value):
+        return _UNSTORABLE
+    return write
 
 
-def damages(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
+def _unstorable() -> None:
+    raise TypeError("this build cannot store the value")  # pragma: no cover -- filtered out
+
+
+_UNSTORABLE: Callable[[], None] = _unstorable
+
+
+def damages(
+    queue: Checked,
+    other: FreeBlockQueue[Any],
+    order: Sequence[Block],
+    pool: Sequence[Block],
+    values: Sequence[object] | None = None,
+) -> Iterator[Damage]:
+    """Every damage of the module docstring to ``queue`` that this build can store.
+
+    The arguments are :func:`_every_damage`'s.
+    """
+    return (
+        damage
+        for damage in _every_damage(queue, other, order, pool, values)
+        if damage.apply is not _UNSTORABLE
+    )
+
+
+def _every_damage(  # noqa: PLR0915 -- one loop per kind of damage the layer applies
     queue: Checked,
     other: FreeBlockQueue[Any],
     order: Sequence[Block],

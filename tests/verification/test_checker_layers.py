@@ -24,6 +24,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+import verified_queue
 from specs.checker_matrix import MISSES
 from specs.crosscheck import checked_over, cross_check_every_state, user_subclass
 from specs.damage import NotABlock, _check_damage, check_every_damage, damages
@@ -390,11 +391,17 @@ def test_integer_likes_count_as_documented() -> None:
     assert operator.index(Indexable(3)) == 3
 
 
+#: Checker bugs that only a count of another type (a bool, an int subclass) shows.
+_ODD_COUNT_BUGS = frozenset({"counted_accepts_bool", "full_check_counts_by_value"})
+
+
 @pytest.mark.parametrize(
     "name", [name for name in CHECKER_CATALOGUE if ("damage", name) not in MISSES]
 )
 def test_damage_layer_catches_planted_checker_bug(name: str) -> None:
     """The exhaustive damage layer fails with each checker bug it is meant to see planted."""
+    if verified_queue.COMPILED and name in _ODD_COUNT_BUGS:
+        pytest.skip("the compiled queue stores its count as an int: no odd count to write")
     with planted(CHECKER_CATALOGUE[name]):
         assert check_every_damage(3).counterexample is not None
 
