@@ -28,7 +28,7 @@ from bench.subjects import BenchBlock, QueueLike, vllm_release_subject
 from bench.workloads import collector_off, time_batch, time_single
 from verified_queue._messages import already_linked
 from verified_queue.block import Block
-from verified_queue.queue import FreeBlockQueue, _unlink_run
+from verified_queue.queue import FreeBlockQueue, _unstage
 
 __all__ = ["main"]
 
@@ -95,20 +95,26 @@ class NoBatchGuard(FreeBlockQueue[Any]):
     def append_n(self, blocks: Iterable[Any]) -> None:
         """Production ``append_n`` minus the two link reads per block."""
         batch: list[Any] = blocks if type(blocks) is list else list(blocks)
+        added = len(batch)
         tail = self.fake_free_list_tail
-        first_last: Block = tail.prev_free_block  # type: ignore[assignment]  # as in production
-        last = first_last
+        last: Block = tail
         try:
             for block in batch:
                 block.prev_free_block = last
                 last.next_free_block = block
                 last = block
+            before: Block = tail.prev_free_block  # type: ignore[assignment]  # as in production
         except BaseException:
-            _unlink_run(first_last, last, tail)
+            _unstage(tail, last)
             raise
-        last.next_free_block = tail
-        tail.prev_free_block = last
-        self.num_free_blocks += len(batch)
+        if last is not tail:
+            first: Block = batch[0]
+            tail.next_free_block = None
+            first.prev_free_block = before
+            before.next_free_block = first
+            last.next_free_block = tail
+            tail.prev_free_block = last
+            self.num_free_blocks += added
 
 
 class OneReadBatchGuard(FreeBlockQueue[Any]):
@@ -125,22 +131,28 @@ class OneReadBatchGuard(FreeBlockQueue[Any]):
     def append_n(self, blocks: Iterable[Any]) -> None:
         """Production ``append_n`` with the ``next_free_block`` read of its guard taken out."""
         batch: list[Any] = blocks if type(blocks) is list else list(blocks)
+        added = len(batch)
         tail = self.fake_free_list_tail
-        first_last: Block = tail.prev_free_block  # type: ignore[assignment]  # as in production
-        last = first_last
+        last: Block = tail
         try:
             for block in batch:
                 if block.prev_free_block is not None:
-                    raise already_linked("append_n", block, last, first_last)
+                    raise already_linked("append_n", block, last, tail)
                 block.prev_free_block = last
                 last.next_free_block = block
                 last = block
+            before: Block = tail.prev_free_block  # type: ignore[assignment]  # as in production
         except BaseException:
-            _unlink_run(first_last, last, tail)
+            _unstage(tail, last)
             raise
-        last.next_free_block = tail
-        tail.prev_free_block = last
-        self.num_free_blocks += len(batch)
+        if last is not tail:
+            first: Block = batch[0]
+            tail.next_free_block = None
+            first.prev_free_block = before
+            before.next_free_block = first
+            last.next_free_block = tail
+            tail.prev_free_block = last
+            self.num_free_blocks += added
 
 
 class NoBatchGuardNoAtomicity(FreeBlockQueue[Any]):

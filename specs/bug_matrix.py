@@ -447,7 +447,7 @@ def prove_column() -> dict[str, bool]:
         if production is not None:
             invariants[f"{bug.queue_type.__name__}.{operation}", 0] = production
         for helper in ("_unlink_run_next_only", "_unlink_run_without_rejoin"):
-            invariants[helper, 0] = invariants["_unlink_run", 0]
+            invariants[helper, 0] = proof.walk_back("before_run")
         try:
             results = proof.prove(
                 [operation],

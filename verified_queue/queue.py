@@ -20,7 +20,9 @@ I2. ``num_free_blocks`` is the number of blocks strictly between the sentinels.
 I3. No block appears twice between the sentinels, nor in two queues at once.
 I4. A block that is in no queue is detached: both links are ``None``. So a
     linked block has both links set, a detached one neither, and a sentinel
-    exactly one; one or two link reads tell them apart in O(1).
+    exactly one; one or two link reads tell them apart in O(1). (While a
+    batch operation runs, its staged blocks and the tail's outer link are set:
+    see "Batches".)
 I5. Blocks are compared by identity only: no method calls a block's
     ``__eq__`` or ``__hash__``.
 
@@ -39,6 +41,21 @@ nothing until they raise. A sentinel whose inner link was destroyed by
 outside code makes an operation raise :class:`InvariantViolation` (an
 ``AssertionError``, as in vLLM's queue), again with nothing changed.
 
+Batches
+-------
+``append_n`` and ``prepend_n`` do not link a batch into the chain block by
+block. They stage it first: chained behind the tail's outer link (``tail ->
+b1 <-> ... <-> bk``, ``b1.prev_free_block is tail``), which I1 keeps ``None``
+and no operation reads, and join it to the queue with six writes once every
+block has been checked. Nothing in those writes calls or allocates, so nothing
+can run in between: the queue is whole at every point where other code can run
+(a signal handler, a garbage collection and the finalizers it calls, which on
+Python 3.12+ run at a call or a loop's back edge). A finalizer may therefore
+take or free blocks of the queue while a batch is staged or refused; it sees
+the staged blocks as linked (freeing one again is a double free), and a
+checker it runs sees the tail's outer link set. A refused batch is undone by
+detaching the staged blocks: the queue itself was never written.
+
 Iteration (``iter(queue)``, :meth:`FreeBlockQueue.iter_blocks_after`) is live:
 it follows the links as they are when it resumes. A block the iteration stands
 on that leaves the queue makes it raise :class:`NotInQueueError`, like a dict
@@ -51,6 +68,7 @@ lists they return (and a batch's copy when it is not a list).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, Generic, SupportsIndex, TypeVar
 
@@ -86,6 +104,15 @@ EMPTY_QUEUE_MESSAGE: Final = "No free blocks available"
 
 #: Whether this module runs compiled (its file is then an extension, not a .py).
 _COMPILED: Final = not __file__.endswith(".py")
+
+#: Whether a garbage collection that an allocation sets off waits for the interpreter's
+#: next checkpoint (a call, a loop's back edge) instead of running inside the allocation:
+#: interpreted code on Python 3.12+. Compiled code has no checkpoints of its own.
+_COLLECTS_AT_CHECKPOINTS: Final = not _COMPILED and sys.version_info >= (3, 12)
+
+
+def _checkpoint() -> None:
+    """Return at once: the call is a checkpoint, where pending collections run (3.12+)."""
 
 
 # Compiled, interpreted subclasses (the checked queue, users' own) must still work.
@@ -355,7 +382,10 @@ class FreeBlockQueue(Generic[B]):
         # list.append in CPython.
         popped: list[B] = [None] * count  # type: ignore[list-item]  # every slot is filled below
         # The allocation may set off a garbage collection, whose finalizers may take
-        # blocks from this queue: count again, now that nothing more is allocated.
+        # blocks from this queue: count again, once it has run, and read the front only
+        # then. Python 3.12+ runs it at the next call or loop, not in the allocation.
+        if _COLLECTS_AT_CHECKPOINTS:
+            _checkpoint()
         if count > self.num_free_blocks:
             raise too_few_blocks(count, self.num_free_blocks)
         following: Block | None = None
@@ -486,16 +516,17 @@ class FreeBlockQueue(Generic[B]):
         # type test is cheaper than isinstance (compiled, a list is indexed
         # directly instead of iterated through the generic protocol).
         batch: list[B] = blocks if type(blocks) is list else batch_argument("append_n", blocks)  # type: ignore[assignment]  # checked as it is linked
-        tail = self.fake_free_list_tail
-        before = tail.prev_free_block
-        if before is None:
-            raise lost_inner_link("append_n", "tail")
-        # The loop is written out here and in prepend_n, not shared: a call per batch
-        # costs more than the loop itself on the short batches a block pool frees.
         # Counted first: no call may come between closing the chain and the count, since
         # a signal handler can raise at a call, and nothing could then undo the links.
         added = len(batch)
-        last: Block = before
+        tail = self.fake_free_list_tail
+        if tail.prev_free_block is None:
+            raise lost_inner_link("append_n", "tail")
+        # The batch is chained off the queue, hanging from the tail's outer link (see
+        # "Batches" above), and joined to it only after the loop. The loop is written out
+        # here and in prepend_n, not shared: a call per batch costs more than the loop
+        # itself on the short batches a block pool frees.
+        last: Block = tail
         # Three handlers deep, as in popleft_n: the first undoes, the other two finish what
         # an interrupt cut short of it.
         undone = False
@@ -506,12 +537,17 @@ class FreeBlockQueue(Generic[B]):
                     for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                         if node.next_free_block is not None or node.prev_free_block is not None:
                             # I4: only a detached block may join.
-                            raise already_linked("append_n", node, last, before)
+                            raise already_linked("append_n", node, last, tail)
                         node.prev_free_block = last
                         last.next_free_block = node
                         last = node
+                    # Read after the loop: a call the loop let run (a collection's finalizer,
+                    # say) may have changed the queue's back end meanwhile.
+                    before = tail.prev_free_block
+                    if before is None:
+                        raise lost_inner_link("append_n", "tail")
                 except BaseException as error:
-                    _unlink_run(before, last, tail)
+                    _unstage(tail, last)
                     undone = True
                     if _not_a_block_error(error, batch):
                         raise not_a_block("append_n", first_unlinkable(batch)) from None
@@ -519,15 +555,21 @@ class FreeBlockQueue(Generic[B]):
             except BaseException as arrived:
                 if undone:
                     raise
-                raise _finish_unlink(batch, before, tail, arrived)  # noqa: B904 -- the chain is kept
+                raise _finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
         except BaseException as arrived:
             if undone:
                 raise
-            raise _finish_unlink(batch, before, tail, arrived)  # noqa: B904 -- the chain is kept
-        # Close the chain on the tail: until here its back link kept the old chain intact.
-        last.next_free_block = tail
-        tail.prev_free_block = last
-        self.num_free_blocks += added  # I2
+            raise _finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
+        if last is not tail:  # a batch was staged
+            # Join the staged chain between the old back block and the tail: no call and no
+            # allocation from the first write to the count, so nothing can see it half done.
+            first: Block = batch[0]  # type: ignore[assignment]  # a Block: the loop took it as one
+            tail.next_free_block = None  # I1: the tail's outer link is free again
+            first.prev_free_block = before
+            before.next_free_block = first
+            last.next_free_block = tail
+            tail.prev_free_block = last
+            self.num_free_blocks += added  # I2
 
     def prepend_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the front in order, all or none (``list[0:0] = blocks``).
@@ -547,12 +589,12 @@ class FreeBlockQueue(Generic[B]):
         True
         """
         batch: list[B] = blocks if type(blocks) is list else batch_argument("prepend_n", blocks)  # type: ignore[assignment]  # checked as it is linked
-        head = self.fake_free_list_head
-        after = head.next_free_block
-        if after is None:
-            raise lost_inner_link("prepend_n", "head")
         added = len(batch)  # before the links close, as in append_n
-        last: Block = head
+        head = self.fake_free_list_head
+        tail = self.fake_free_list_tail
+        if head.next_free_block is None:
+            raise lost_inner_link("prepend_n", "head")
+        last: Block = tail  # staged off the tail's outer link, as in append_n
         # Three handlers deep, as in popleft_n: the first undoes, the other two finish what
         # an interrupt cut short of it.
         undone = False
@@ -563,12 +605,15 @@ class FreeBlockQueue(Generic[B]):
                     for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
                         if node.next_free_block is not None or node.prev_free_block is not None:
                             # I4: only a detached block may join.
-                            raise already_linked("prepend_n", node, last, head)
+                            raise already_linked("prepend_n", node, last, tail)
                         node.prev_free_block = last
                         last.next_free_block = node
                         last = node
+                    after = head.next_free_block  # after the loop, as in append_n
+                    if after is None:
+                        raise lost_inner_link("prepend_n", "head")
                 except BaseException as error:
-                    _unlink_run(head, last, after)
+                    _unstage(tail, last)
                     undone = True
                     if _not_a_block_error(error, batch):
                         raise not_a_block("prepend_n", first_unlinkable(batch)) from None
@@ -576,15 +621,20 @@ class FreeBlockQueue(Generic[B]):
             except BaseException as arrived:
                 if undone:
                     raise
-                raise _finish_unlink(batch, head, after, arrived)  # noqa: B904 -- the chain is kept
+                raise _finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
         except BaseException as arrived:
             if undone:
                 raise
-            raise _finish_unlink(batch, head, after, arrived)  # noqa: B904 -- the chain is kept
-        # Close the chain on the old front: until here its back link named the head.
-        last.next_free_block = after
-        after.prev_free_block = last
-        self.num_free_blocks += added  # I2
+            raise _finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
+        if last is not tail:  # a batch was staged
+            # Join the staged chain between the head and the old front, as in append_n.
+            first: Block = batch[0]  # type: ignore[assignment]  # a Block: the loop took it as one
+            tail.next_free_block = None  # I1: the tail's outer link is free again
+            first.prev_free_block = head
+            head.next_free_block = first
+            last.next_free_block = after
+            after.prev_free_block = last
+            self.num_free_blocks += added  # I2
 
     def get_all_free_blocks(self) -> list[B]:
         """Return a new list of the free blocks, front first (``list(queue)``).
@@ -629,49 +679,19 @@ def _not_a_block_error(error: BaseException, batch: list[B]) -> bool:
     return not isinstance(error, QueueError) and has_unlinkable(batch)
 
 
-def _undo_batch(
-    operation: str,
-    batch: list[B],
-    before: Block,
-    last: Block,
-    after: Block,
-    *,
-    error: BaseException,
-) -> BaseException:
-    """Undo a half-linked batch, whatever arrives meanwhile, and return the error to raise.
-
-    The same steps as the handlers of ``append_n`` and ``prepend_n``, as one
-    call for copies of those methods (the planted bugs of ``specs/``). The
-    methods write the steps out themselves, so that an exception arriving just
-    as the undo starts, before this call's first ``try``, is caught as well.
-    """
-    try:
-        _unlink_run(before, last, after)
-    except BaseException as again:
-        try:
-            return _finish_unlink(batch, before, after, again)
-        except BaseException as later:
-            return _finish_unlink(batch, before, after, later)
-    if _not_a_block_error(error, batch):
-        return not_a_block(operation, first_unlinkable(batch))
-    return error
-
-
-def _finish_unlink(
-    batch: list[B], before: Block, after: Block, arrived: BaseException
-) -> BaseException:
+def _finish_unstage(batch: list[B], staging: Block, arrived: BaseException) -> BaseException:
     """Finish an undo that ``arrived`` cut short, retrying until done; return what arrived last.
 
     Restartable: a call cut short at its very start, before its retry loops,
     can be followed by another from the state it left.
 
-    The blocks the batch linked and ``_unlink_run`` has not finished are a
+    The blocks the batch staged and ``_unstage`` has not detached yet are a
     prefix of the batch that still chains by back links: ``batch[0]`` names
-    ``before`` and each later block its predecessor in the batch (no block
+    ``staging`` and each later block its predecessor in the batch (no block
     outside the batch names them: they were detached), so the first block
-    that does not, or ``after``, ends it. Detaching that prefix and pointing
-    ``before`` at ``after`` again restores the old state from any point of the
-    walk (and of the batch loop).
+    that does not ends it. Detaching that prefix and clearing ``staging``'s
+    outer link restores the old state from any point of the walk (and of the
+    batch loop): the queue itself was never written.
     """
     linked = 0
     counted = False
@@ -681,14 +701,12 @@ def _finish_unlink(
                 try:
                     while not counted and linked < len(batch):
                         candidate: object = batch[linked]
-                        expected: object = before if linked == 0 else batch[linked - 1]
-                        if candidate is after:
-                            break
+                        expected: object = staging if linked == 0 else batch[linked - 1]
                         if getattr(candidate, "prev_free_block", None) is not expected:
                             break
                         linked += 1
                     counted = True
-                    # Back to front, as _unlink_run walks, so that a call cut short leaves
+                    # Back to front, as _unstage walks, so that a call cut short leaves
                     # a shorter prefix, still chained, for the next call to find.
                     while linked > 0:
                         node: Block = batch[linked - 1]  # type: ignore[assignment]  # linked: a Block
@@ -698,9 +716,11 @@ def _finish_unlink(
                         if node.prev_free_block is not None:
                             node.prev_free_block = None
                         linked -= 1
-                    # I1: the ends are adjacent again (``after``'s back link never changed).
-                    if before.next_free_block is not after:
-                        before.next_free_block = after
+                    # I1: the tail's outer link is None again. (Read with a default: a
+                    # queue whose tail outside code replaced must not make this loop retry
+                    # for ever on the same error.)
+                    if getattr(staging, "next_free_block", None) is not None:
+                        staging.next_free_block = None
                     break
                 except BaseException as later:
                     arrived = later
@@ -710,23 +730,22 @@ def _finish_unlink(
     return arrived
 
 
-def _unlink_run(before_run: Block, last: Block, after_run: Block) -> None:
-    """Undo a half-linked batch: detach ``before_run.next .. last`` and rejoin the ends.
+def _unstage(staging: Block, last: Block) -> None:
+    """Undo a staged batch: detach ``staging.next .. last`` and clear ``staging``'s outer link.
 
-    Walks back from ``last`` over the blocks this batch linked, so it ends. Each
+    Walks back from ``last`` over the blocks this batch staged, so it ends. Each
     block's forward link is cleared before its back link, so a walk cut short
     leaves every block it has not finished chained by its back link, which is
-    how ``_undo_batch`` finds them to finish the work.
+    how ``_finish_unstage`` finds them to finish the work.
     """
     block = last
-    while block is not before_run:
+    while block is not staging:
         previous = block.prev_free_block
         # I4: every block of the failed batch leaves detached again.
         block.next_free_block = block.prev_free_block = None
         block = previous  # type: ignore[assignment]  # set by the batch loop
-    # I1: the two ends are adjacent again.
-    before_run.next_free_block = after_run
-    after_run.prev_free_block = before_run
+    # I1: the tail's outer link is None again.
+    staging.next_free_block = None
 
 
 def _relink_taken(head: Block, popped: list[B], following: Block | None) -> BaseException | None:

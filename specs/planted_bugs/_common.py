@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from verified_queue._messages import first_unlinkable, not_a_block
 from verified_queue.block import Block
+from verified_queue.queue import _finish_unstage, _not_a_block_error, _unstage
 
 B = TypeVar("B", bound=Block)
 
@@ -14,3 +16,20 @@ def _linked(node: Block | None) -> Block:
     if node is None:
         raise RuntimeError("a link the queue's invariants promise is None")
     return node
+
+
+def _undo_staged(
+    operation: str, batch: list[B], staging: Block, last: Block, *, error: BaseException
+) -> BaseException:
+    """Undo a staged batch, whatever arrives meanwhile, and return the error to raise.
+
+    The steps of the handlers of ``append_n`` and ``prepend_n`` as one call, for the
+    planted copies of those methods, whose bugs lie elsewhere.
+    """
+    try:
+        _unstage(staging, last)
+    except BaseException as again:
+        return _finish_unstage(batch, staging, again)
+    if _not_a_block_error(error, batch):
+        return not_a_block(operation, first_unlinkable(batch))
+    return error

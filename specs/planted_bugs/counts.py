@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from specs.planted_bugs._common import B
+from specs.planted_bugs._common import B, _undo_staged
 from verified_queue._messages import (
     already_linked,
     lost_inner_link,
     not_linked,
 )
 from verified_queue.block import Block
-from verified_queue.queue import FreeBlockQueue, _undo_batch
+from verified_queue.queue import FreeBlockQueue
 
 __all__ = ["PrependNCountsBeforeLinking", "RemoveForgetsCount"]
 
@@ -48,20 +48,27 @@ class PrependNCountsBeforeLinking(FreeBlockQueue[B]):
         """Count ``blocks``, then link them at the front, all or none (but the count stays)."""
         batch: list[B] = blocks if type(blocks) is list else list(blocks)
         head = self.fake_free_list_head
-        after = head.next_free_block
-        if after is None:
-            raise lost_inner_link("prepend_n", "head")
-        self.num_free_blocks += len(batch)  # should come after the loop
-        last: Block = head
+        tail = self.fake_free_list_tail
+        added = len(batch)
+        self.num_free_blocks += added  # should come after the loop
+        last: Block = tail
         try:
             node: Block
             for node in batch:
                 if node.next_free_block is not None or node.prev_free_block is not None:
-                    raise already_linked("prepend_n", node)
+                    raise already_linked("prepend_n", node, last, tail)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
+            after = head.next_free_block
+            if after is None:
+                raise lost_inner_link("prepend_n", "head")
         except BaseException as error:
-            raise _undo_batch("prepend_n", batch, head, last, after, error=error) from None
-        last.next_free_block = after
-        after.prev_free_block = last
+            raise _undo_staged("prepend_n", batch, tail, last, error=error) from None
+        if last is not tail:  # a batch was staged
+            first: Block = batch[0]
+            tail.next_free_block = None
+            first.prev_free_block = head
+            head.next_free_block = first
+            last.next_free_block = after
+            after.prev_free_block = last

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import SupportsIndex, cast
 
-from specs.planted_bugs._common import B, _linked
+from specs.planted_bugs._common import B, _linked, _undo_staged
 from verified_queue._messages import (
     already_linked,
     count_argument,
@@ -17,7 +17,7 @@ from verified_queue._messages import (
 )
 from verified_queue.block import Block
 from verified_queue.errors import EmptyQueueError, NegativeCountError
-from verified_queue.queue import EMPTY_QUEUE_MESSAGE, FreeBlockQueue, _relink_taken, _undo_batch
+from verified_queue.queue import EMPTY_QUEUE_MESSAGE, FreeBlockQueue, _relink_taken
 
 __all__ = [
     "AppendGuardReadsNextOnly",
@@ -164,25 +164,31 @@ class PrependNGuardReadsPrevOnly(FreeBlockQueue[B]):
     def prepend_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the front, refusing a block only if its back link is set."""
         batch: list[B] = blocks if type(blocks) is list else list(blocks)
-        head = self.fake_free_list_head
-        after = head.next_free_block
-        if after is None:
-            raise lost_inner_link("prepend_n", "head")
         added = len(batch)
-        last: Block = head
+        head = self.fake_free_list_head
+        tail = self.fake_free_list_tail
+        last: Block = tail
         try:
             node: Block
             for node in batch:
                 if node.prev_free_block is not None:  # should also test next_free_block
-                    raise already_linked("prepend_n", node)
+                    raise already_linked("prepend_n", node, last, tail)
                 node.prev_free_block = last
                 last.next_free_block = node
                 last = node
+            after = head.next_free_block
+            if after is None:
+                raise lost_inner_link("prepend_n", "head")
         except BaseException as error:
-            raise _undo_batch("prepend_n", batch, head, last, after, error=error) from None
-        last.next_free_block = after
-        after.prev_free_block = last
-        self.num_free_blocks += added
+            raise _undo_staged("prepend_n", batch, tail, last, error=error) from None
+        if last is not tail:  # a batch was staged
+            first: Block = batch[0]
+            tail.next_free_block = None
+            first.prev_free_block = head
+            head.next_free_block = first
+            last.next_free_block = after
+            after.prev_free_block = last
+            self.num_free_blocks += added
 
 
 class RemoveAcceptsSentinel(FreeBlockQueue[B]):

@@ -39,13 +39,14 @@ Assumed, not proved (docs/verification.md, "A proof for every size", says the sa
   ``None``), a count is an exact ``int`` (``type(n) is int``), a batch an exact ``list`` of
   blocks; the ``WrongTypeError`` paths (``count_argument``, ``not_a_block``) are not covered;
 * no asynchronous exception (``KeyboardInterrupt`` from a signal) interrupts an operation, so
-  the undo that only a signal reaches (``popleft_n``'s ``_relink_taken``) is not covered;
+  the undo that only a signal reaches (``popleft_n``'s ``_relink_taken``) is not covered, and
+  no callback (a finalizer) re-enters the queue during one;
 * the heap outside this queue is well formed: a block in no queue is detached, a block in
   another queue has both links set, another queue's sentinel exactly one; ``remove`` is not
   given a block linked in *another* queue (the documented precondition; check mode enforces
   it);
 * only exception classes are compared, not messages; loops are proved partially correct
-  (``_unlink_run``'s walk back is not proved to end; the ``for`` loops end by construction);
+  (``_unstage``'s walk back is not proved to end; the ``for`` loops end by construction);
 * the translation: Python's semantics of the statements the translator accepts (a list is a
   value with an identity, ``x.next_free_block`` a field), and z3's correctness. The compiled
   build is mypyc's compilation of the same source.
@@ -84,7 +85,7 @@ from specs.proof.heap import (
     lemmas,
     symbolic_state,
 )
-from specs.proof.loops import LOOP_INVARIANTS
+from specs.proof.loops import LOOP_INVARIANTS, walk_back
 from specs.proof.state import LoopSpec, LoopView, Obligation, Unsupported
 from specs.proof.translator import Translator
 
@@ -118,4 +119,5 @@ __all__ = [
     "prove",
     "prove_operation",
     "symbolic_state",
+    "walk_back",
 ]

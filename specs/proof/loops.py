@@ -22,7 +22,7 @@ from specs.proof.state import (
     Unsupported,
 )
 
-__all__ = ["LOOP_INVARIANTS"]
+__all__ = ["LOOP_INVARIANTS", "walk_back"]
 
 
 def _popleft_n_detach(view: LoopView) -> Any:
@@ -98,40 +98,49 @@ _BATCH_LOOP = LoopSpec(
 )
 
 
-def _batch_unlink(view: LoopView) -> Any:
-    """_unlink_run's loop after t rounds: the last t blocks the failed batch linked are detached.
+def walk_back(start: str) -> LoopInvariant:
+    """The invariant of an undo's walk back from a failed batch's ``last`` to its local ``start``.
 
-    It walks back from the batch's ``last`` to ``before_run``; the batch loop's round count
-    ``$k`` and numbering ``$index`` at the raise say which blocks those are.
+    ``_unstage`` walks back to ``staging``; the planted copies of the design that linked a
+    batch straight onto the chain walk back to ``before_run``.
     """
-    ref = view.outer("batch")
-    if not isinstance(ref, ListRef):
-        raise Unsupported("the undo's caller has no batch list")
-    items, _length = view.now.lists[ref.ident]
-    k, index, t = view.outer("$k"), view.outer("$index"), view.k
-    before = view.local("before_run")
-    now, raised = view.now.heap, view.entry.heap
-    j, y = z3.Int("j"), z3.Const("y", NODE)
-    return z3.And(
-        t <= k,
-        view.local("block") == z3.If(t == k, before, items[k - 1 - t]),
-        _forall(
-            [j],
-            z3.Implies(
-                z3.And(k - t <= j, j < k),
-                z3.And(now.nxt[items[j]] == NONE, now.prv[items[j]] == NONE),
+
+    def walked(view: LoopView) -> Any:
+        """The walk after t rounds: the last t blocks the failed batch linked are detached.
+
+        The batch loop's round count ``$k`` and numbering ``$index`` at the raise say
+        which blocks those are.
+        """
+        ref = view.outer("batch")
+        if not isinstance(ref, ListRef):
+            raise Unsupported("the undo's caller has no batch list")
+        items, _length = view.now.lists[ref.ident]
+        k, index, t = view.outer("$k"), view.outer("$index"), view.k
+        before = view.local(start)
+        now, raised = view.now.heap, view.entry.heap
+        j, y = z3.Int("j"), z3.Const("y", NODE)
+        return z3.And(
+            t <= k,
+            view.local("block") == z3.If(t == k, before, items[k - 1 - t]),
+            _forall(
+                [j],
+                z3.Implies(
+                    z3.And(k - t <= j, j < k),
+                    z3.And(now.nxt[items[j]] == NONE, now.prv[items[j]] == NONE),
+                ),
+                patterns=[items[j]],
             ),
-            patterns=[items[j]],
-        ),
-        _forall(
-            [y],
-            z3.Implies(
-                z3.Not(z3.And(index[y] >= 0, index[y] >= k - t)),
-                z3.And(now.nxt[y] == raised.nxt[y], now.prv[y] == raised.prv[y]),
+            _forall(
+                [y],
+                z3.Implies(
+                    z3.Not(z3.And(index[y] >= 0, index[y] >= k - t)),
+                    z3.And(now.nxt[y] == raised.nxt[y], now.prv[y] == raised.prv[y]),
+                ),
+                patterns=[now.nxt[y], now.prv[y]],
             ),
-            patterns=[now.nxt[y], now.prv[y]],
-        ),
-    )
+        )
+
+    return walked
 
 
 #: The loop invariants, by (function, loop's ordinal in it); each is checked, not trusted.
@@ -139,5 +148,5 @@ LOOP_INVARIANTS: dict[tuple[str, int], LoopInvariant | LoopSpec] = {
     ("FreeBlockQueue.popleft_n", 0): _popleft_n_detach,
     ("FreeBlockQueue.append_n", 0): _BATCH_LOOP,
     ("FreeBlockQueue.prepend_n", 0): _BATCH_LOOP,
-    ("_unlink_run", 0): _batch_unlink,
+    ("_unstage", 0): walk_back("staging"),
 }

@@ -467,6 +467,10 @@ class Translator:
         for done in exits:
             if target is not None:
                 done.env[target] = z3.FreshConst(NODE if items is not None else z3.IntSort())
+            # The round count and the extras stay known after the loop, for an undo that a
+            # raise after it runs (a batch's undo walks back over all k rounds' blocks).
+            done.env["$k"] = k
+            done.env.update({f"${name}": value for name, value in extra.items()})
             outcomes.append(Outcome("fall", None, done, where))
         return outcomes
 
@@ -680,6 +684,22 @@ class Translator:
             return results
         if isinstance(node, ast.Call):
             return self._call_expression(node, state, function)
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            # An item read of a list, obliged in range as an item write is.
+            read_from = state.env.get(node.value.id)
+            if not isinstance(read_from, ListRef):
+                raise self._unsupported(function, node, "item read of a non-list")
+            ((after, index, raised),) = self._expression(node.slice, state, function)
+            if raised is not None:
+                raise self._unsupported(function, node, "raise inside a list index")
+            array, length = after.lists[read_from.ident]
+            self._oblige(
+                after,
+                f"list index in range ({ast.unparse(node)})",
+                self._where(function, node),
+                z3.And(index >= 0, index < length),
+            )
+            return [(after, array[index], None)]
         if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Name) for e in node.elts):
             values = tuple(self._expression(e, state, function)[0][1] for e in node.elts)
             if all(isinstance(v, type) for v in values):

@@ -139,7 +139,7 @@ def at_checkpoints(faults: Faults) -> Iterator[None]:
 
 #: The functions that undo a batch: the setters fail only when called from them, since a
 #: failing setter elsewhere is not an interrupt (and only the pure build takes such blocks).
-UNDO_FUNCTIONS = frozenset({"_unlink_run", "_finish_unlink", "_relink_taken"})
+UNDO_FUNCTIONS = frozenset({"_unstage", "_finish_unstage", "_relink_taken"})
 
 
 class SetterFaults:

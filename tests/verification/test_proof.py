@@ -108,18 +108,19 @@ EDITS = [
         "        after.prev_free_block = node\n",
         "back links",
     ),
-    ("append_n", "        tail.prev_free_block = last\n", "", "back links"),
+    ("append_n", "            tail.prev_free_block = last\n", "", "back links"),
+    ("append_n", "            first.prev_free_block = before\n", "", "back links"),
     (
         "prepend_n",
-        "        after.prev_free_block = last\n",
-        "        after.prev_free_block = head\n",
+        "            after.prev_free_block = last\n",
+        "            after.prev_free_block = head\n",
         "back links",
     ),
-    # The undo of a refused batch forgets to rejoin the ends.
+    # The undo of a refused batch forgets to free the tail's outer link.
     (
         "append_n",
-        "    before_run.next_free_block = after_run\n",
-        "",
+        "again.\n    staging.next_free_block = None\n",
+        "again.\n",
         "a refused call changes no link",
     ),
 ]
