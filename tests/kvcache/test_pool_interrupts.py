@@ -9,6 +9,8 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import Any
 
+import pytest
+
 from verified_queue.kvcache import pool as pool_module
 from verified_queue.kvcache.keys import hash_request_tokens
 from verified_queue.kvcache.pool import BlockPool
@@ -65,11 +67,20 @@ def interrupting(at: int) -> Iterator[list[int]]:
         sys.settrace(previous)
 
 
-def _get_interrupted_at(at: int) -> bool:
-    """get_new_blocks on a pool with cached free blocks, interrupted at point ``at``; checked."""
+def _get_interrupted_at(at: int, duplicated: bool) -> bool:
+    """get_new_blocks on a pool with cached free blocks, interrupted at point ``at``; checked.
+
+    ``duplicated``: each key is cached in two blocks, so an eviction leaves its entry non-empty.
+    """
     pool = BlockPool(8)
+    keys = hash_request_tokens(list(range(6)), 2)
     first = pool.get_new_blocks(3)
-    pool.cache_full_blocks(first, hash_request_tokens(list(range(6)), 2), 0, 3)
+    pool.cache_full_blocks(first, keys, 0, 3)
+    if duplicated:
+        # Two requests with the same prompt filled their blocks in the same step.
+        second = pool.get_new_blocks(3)
+        pool.cache_full_blocks(second, keys, 0, 3)
+        pool.free_blocks(reversed(second))
     pool.free_blocks(reversed(first))
     free = pool.get_num_free_blocks()
     taken: list[Any] = []
@@ -82,9 +93,10 @@ def _get_interrupted_at(at: int) -> bool:
     return lines[0] >= at
 
 
-def test_get_new_blocks_interrupted_at_any_line_leaks_nothing() -> None:
+@pytest.mark.parametrize("duplicated", [False, True], ids=["unique", "duplicated"])
+def test_get_new_blocks_interrupted_at_any_line_leaks_nothing(duplicated: bool) -> None:
     """Every block is free or handed out, wherever in get_new_blocks an interrupt arrives."""
     at = 1
-    while _get_interrupted_at(at):
+    while _get_interrupted_at(at, duplicated):
         at += 1
     assert at > 5
