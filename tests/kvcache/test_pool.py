@@ -120,6 +120,16 @@ def test_pool_too_small_to_serve_is_refused(size: int) -> None:
         BlockPool(size)
 
 
+def test_the_smallest_pool_has_two_blocks_and_serves_one() -> None:
+    """BlockPool(2) serves its one block besides the null block; BlockPool(1) says why not."""
+    pool = BlockPool(2)
+    assert free_ids(pool) == [1]
+    assert ids(pool.get_new_blocks(1)) == [1]
+    pool.check_consistency()
+    with pytest.raises(ValueError, match=r"^a pool needs at least 2 blocks, not 1$"):
+        BlockPool(1)
+
+
 def test_get_new_blocks_takes_from_the_front_with_one_reference() -> None:
     """get_new_blocks(n) returns the n front blocks, each with ref_cnt 1, and counts them."""
     pool = BlockPool(6)
@@ -421,15 +431,18 @@ def plant_foreign_cache_entry(pool: BlockPool) -> None:
         (lambda pool: setattr(pool.blocks[2], "pool", None), "does not name this pool"),
         (lambda pool: setattr(pool.blocks[2], "block_id", 7), "does not name this pool"),
         (lambda pool: pool.free_block_queue.append(pool.null_block), "null block"),
-        (lambda pool: pool.free_block_queue.append(KVCacheBlock(1)), "does not own"),
+        (
+            lambda pool: pool.free_block_queue.append(KVCacheBlock(1)),
+            r"^the free queue holds a block this pool does not own \(P5\)$",
+        ),
         pytest.param(
             lambda pool: setattr(pool.free_block_queue, "num_free_blocks", 9),
             "counts 9",
             marks=pytest.mark.production_only,  # check mode flags the count first, its own way
         ),
         (
-            lambda pool: pool.cached_block_hash_to_block.update({BlockHash(b""): {}}),
-            "an empty entry",
+            lambda pool: pool.cached_block_hash_to_block.update({BlockHash(bytes(range(8))): {}}),
+            r"^an empty entry is cached under 000102030405\.\.\. \(P3\)$",
         ),
         (
             lambda pool: pool.cached_block_hash_to_block.update(
@@ -576,6 +589,23 @@ def test_cache_full_blocks_refuses_the_null_block(queue_factory: QueueFactory) -
     with pytest.raises(BlockPoolError, match="null block"):
         pool.cache_full_blocks([block, pool.null_block], keys, 0, 2)  # after a good block, too
     assert snapshot(pool) == before
+    pool.check_consistency()
+
+
+def test_a_block_whose_id_is_past_this_pools_last_is_not_owned() -> None:
+    """Block n of a larger pool is not a block of a pool of n blocks: owns() is False, no error."""
+    pool, larger = BlockPool(3), BlockPool(4)
+    outside = larger.blocks[3]
+    assert [pool.owns(block) for block in (pool.blocks[2], outside, KVCacheBlock(3))] == [
+        True,
+        False,
+        False,
+    ]
+    keys = hash_request_tokens(tokens(0, BLOCK_SIZE), BLOCK_SIZE)
+    with pytest.raises(BlockPoolError) as caught:
+        pool.cache_full_blocks([outside], keys, 0, 1)
+    assert str(caught.value) == f"{outside!r} is not a block of this pool (P5)"
+    assert outside.block_hash is None
     pool.check_consistency()
 
 
