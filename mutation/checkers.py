@@ -15,9 +15,10 @@ that exercise it, runs ``mutmut run``, and then fails unless
 
 The test selection is narrow on purpose (a mutant of a checker is run against the tests of
 the checkers, not the whole suite, and the slowest randomized tests of ``invariants.py`` are
-left out), which keeps a run of the two modules within about half an hour on two cores. A
-mutant these tests miss counts as a survivor even if another test would kill it, so the score
-is a lower bound for the whole suite.
+left out), which keeps a run of ``invariants.py`` and ``checked.py`` within about half an hour
+on two cores, and of each kvcache module within minutes (docs/measurements.md). A mutant these
+tests miss counts as a survivor even if another test would kill it, so the score is a lower
+bound for the whole suite.
 
 Usage: ``python mutation/checkers.py [--threshold PERCENT] [--module NAME ...]
 [--max-children N]`` from any empty working directory.
