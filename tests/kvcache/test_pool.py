@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 import random
+import re
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -25,6 +28,7 @@ from verified_queue.kvcache.errors import BlockPoolError, DoubleFreeError
 from verified_queue.kvcache.keys import BlockHash, hash_request_tokens
 from verified_queue.kvcache.pool import BlockPool, QueueFactory
 from verified_queue.queue import FreeBlockQueue
+from verified_queue.traced import History, TracedFreeBlockQueue
 
 BLOCK_SIZE = 4
 
@@ -114,6 +118,16 @@ def test_pool_too_small_to_serve_is_refused(size: int) -> None:
     """A pool without at least one block besides the null block cannot be built."""
     with pytest.raises(ValueError, match="at least 2 blocks"):
         BlockPool(size)
+
+
+def test_the_smallest_pool_has_two_blocks_and_serves_one() -> None:
+    """BlockPool(2) serves its one block besides the null block; BlockPool(1) says why not."""
+    pool = BlockPool(2)
+    assert free_ids(pool) == [1]
+    assert ids(pool.get_new_blocks(1)) == [1]
+    pool.check_consistency()
+    with pytest.raises(ValueError, match=r"^a pool needs at least 2 blocks, not 1$"):
+        BlockPool(1)
 
 
 def test_get_new_blocks_takes_from_the_front_with_one_reference() -> None:
@@ -417,15 +431,18 @@ def plant_foreign_cache_entry(pool: BlockPool) -> None:
         (lambda pool: setattr(pool.blocks[2], "pool", None), "does not name this pool"),
         (lambda pool: setattr(pool.blocks[2], "block_id", 7), "does not name this pool"),
         (lambda pool: pool.free_block_queue.append(pool.null_block), "null block"),
-        (lambda pool: pool.free_block_queue.append(KVCacheBlock(1)), "does not own"),
+        (
+            lambda pool: pool.free_block_queue.append(KVCacheBlock(1)),
+            r"^the free queue holds a block this pool does not own \(P5\)$",
+        ),
         pytest.param(
             lambda pool: setattr(pool.free_block_queue, "num_free_blocks", 9),
             "counts 9",
             marks=pytest.mark.production_only,  # check mode flags the count first, its own way
         ),
         (
-            lambda pool: pool.cached_block_hash_to_block.update({BlockHash(b""): {}}),
-            "an empty entry",
+            lambda pool: pool.cached_block_hash_to_block.update({BlockHash(bytes(range(8))): {}}),
+            r"^an empty entry is cached under 000102030405\.\.\. \(P3\)$",
         ),
         (
             lambda pool: pool.cached_block_hash_to_block.update(
@@ -459,15 +476,45 @@ def test_free_blocks_refuses_a_held_block_that_is_linked() -> None:
     assert snapshot(pool) == before
 
 
+@pytest.mark.parametrize("link", ["prev_free_block", "next_free_block"])
+def test_free_blocks_refuses_a_held_block_linked_at_one_end(link: str) -> None:
+    """A held block with a single stale link, either one, is refused and nothing changes (P2)."""
+    pool = BlockPool(5)
+    held = pool.get_new_blocks(2)
+    setattr(held[1], link, pool.blocks[3])
+    before = snapshot(pool)
+    with pytest.raises(BlockPoolError) as caught:
+        pool.free_blocks(held)
+    assert str(caught.value) == (
+        f"free_blocks({held[1]!r}): held, yet linked in a free queue (P2 broken)"
+    )
+    assert snapshot(pool) == before
+    assert [block.ref_cnt for block in held] == [1, 1]
+
+
+class BoundedWalkQueue(FreeBlockQueue[KVCacheBlock]):
+    """A free queue whose iteration fails after 100 blocks, so a missed cycle fails, not hangs."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[KVCacheBlock]:
+        """Yield the blocks front to back; raise AssertionError at the 101st."""
+        for steps, block in enumerate(super().__iter__()):
+            if steps == 100:
+                raise AssertionError("the walk went on past 100 blocks")
+            yield block
+
+
 @pytest.mark.production_only  # check mode stops the second linking itself
 def test_check_consistency_catches_a_block_queued_twice() -> None:
     """A block that appears twice in the free queue (a corrupted link) is reported."""
-    pool = BlockPool(4)
+    pool = BlockPool(4, queue_factory=BoundedWalkQueue)
     first: Block = pool.blocks[1]
     second: Block = pool.blocks[2]
     second.next_free_block = first  # the walk now loops 1 -> 2 -> 1
-    with pytest.raises(BlockPoolError, match="twice"):
+    with pytest.raises(BlockPoolError) as caught:
         pool.check_consistency()
+    assert str(caught.value) == f"{first!r} is in the free queue twice (position 2)"
 
 
 def test_a_stale_hash_the_cache_lost_is_caught_at_eviction() -> None:
@@ -477,6 +524,29 @@ def test_a_stale_hash_the_cache_lost_is_caught_at_eviction() -> None:
     pool.cached_block_hash_to_block.clear()
     with pytest.raises(BlockPoolError, match="P3"):
         pool.get_new_blocks(2)
+
+
+def test_a_block_its_hash_entry_lost_is_caught_at_eviction() -> None:
+    """Evicting a block whose key's entry lists only its duplicate raises BlockPoolError (P3)."""
+    pool = BlockPool(4)
+    first = admit(pool, tokens(0, BLOCK_SIZE))  # block 1
+    duplicate = pool.get_new_blocks(1)  # block 2, filled with the same tokens
+    pool.cache_full_blocks(duplicate, first.hashes, 0, 1)
+    finish(pool, first)
+    pool.free_blocks(duplicate)
+    key = first.hashes[0]
+    del pool.cached_block_hash_to_block[key][1]  # block 1 keeps the key; the entry drops it
+    stale = pool.blocks[1]
+    message = f"{stale!r} carries a hash it is not cached under (P3 broken)"
+    assert free_ids(pool) == [3, 1, 2]
+    with pytest.raises(BlockPoolError) as caught:
+        pool.get_new_blocks(2)
+    assert str(caught.value) == message
+    # Handed back to the front in order; the stale key is dropped, the duplicate stays cached.
+    assert free_ids(pool) == [3, 1, 2]
+    assert (stale.block_hash, pool.cached_block_hash_to_block) == (None, {key: {2: duplicate[0]}})
+    assert pool.num_evicted == 0
+    pool.check_consistency()
 
 
 # --- the pool's own invariants, and blocks of other pools ------------------------------------
@@ -522,6 +592,23 @@ def test_cache_full_blocks_refuses_the_null_block(queue_factory: QueueFactory) -
     pool.check_consistency()
 
 
+def test_a_block_whose_id_is_past_this_pools_last_is_not_owned() -> None:
+    """Block n of a larger pool is not a block of a pool of n blocks: owns() is False, no error."""
+    pool, larger = BlockPool(3), BlockPool(4)
+    outside = larger.blocks[3]
+    assert [pool.owns(block) for block in (pool.blocks[2], outside, KVCacheBlock(3))] == [
+        True,
+        False,
+        False,
+    ]
+    keys = hash_request_tokens(tokens(0, BLOCK_SIZE), BLOCK_SIZE)
+    with pytest.raises(BlockPoolError) as caught:
+        pool.cache_full_blocks([outside], keys, 0, 1)
+    assert str(caught.value) == f"{outside!r} is not a block of this pool (P5)"
+    assert outside.block_hash is None
+    pool.check_consistency()
+
+
 def test_cache_full_blocks_refuses_another_pools_block() -> None:
     """A block of another pool, or of none, is never cached here (P5)."""
     pool, other = BlockPool(5), BlockPool(5)
@@ -552,6 +639,21 @@ def test_free_blocks_hands_another_pools_block_to_that_pool(queue_factory: Queue
     assert (theirs.num_freed, theirs.num_freed_lifo) == (3, 1)
     ours.check_consistency()
     theirs.check_consistency()
+
+
+def test_a_free_mixing_three_pools_hands_each_block_to_its_own() -> None:
+    """Blocks of two other pools in one free reach each its own pool, in the order given."""
+    ours, second, third = BlockPool(4), BlockPool(5), BlockPool(6)
+    mine = ours.get_new_blocks(1)  # 1
+    theirs = second.get_new_blocks(2)  # 1, 2
+    others = third.get_new_blocks(3)  # 1, 2, 3
+    ours.free_blocks([others[2], theirs[1], *mine, others[0], theirs[0], others[1]])
+    assert free_ids(ours) == [1, 2, 3]
+    assert free_ids(second) == [2, 1, 3, 4]
+    assert free_ids(third) == [3, 1, 2, 4, 5]
+    assert [pool.num_freed for pool in (ours, second, third)] == [1, 2, 3]
+    for pool in (ours, second, third):
+        pool.check_consistency()
 
 
 @pytest.mark.parametrize("queue_factory", [FreeBlockQueue, checked_queue], ids=["plain", "checked"])
@@ -598,13 +700,18 @@ class FailingAppendQueue(FreeBlockQueue[KVCacheBlock]):
         super().append_n(batch)
 
 
+def arm(pool: BlockPool) -> None:
+    """Make the pool's FailingAppendQueue fail every append_n of blocks from now on."""
+    queue = pool.free_block_queue
+    assert isinstance(queue, FailingAppendQueue)
+    queue.armed = True
+
+
 def test_free_blocks_undoes_the_prepend_when_the_append_fails() -> None:
     """If append_n fails after prepend_n linked the uncached blocks, both are undone."""
     pool = BlockPool(6, queue_factory=FailingAppendQueue)
     request = admit(pool, tokens(0, BLOCK_SIZE + 1))  # 1 cached (to the back), 2 uncached
-    queue = pool.free_block_queue
-    assert isinstance(queue, FailingAppendQueue)
-    queue.armed = True
+    arm(pool)
     before = snapshot(pool)
     with pytest.raises(MemoryError):
         finish(pool, request)
@@ -613,20 +720,91 @@ def test_free_blocks_undoes_the_prepend_when_the_append_fails() -> None:
 
 
 def test_free_blocks_undoes_our_pool_when_a_routed_pool_fails() -> None:
-    """If the pool a block is routed to fails, the blocks already freed here are taken back."""
+    """If the pool a block is routed to fails, the blocks freed here are taken back, counts too."""
     ours = BlockPool(6)
     theirs = BlockPool(6, queue_factory=FailingAppendQueue)
-    mine = admit(ours, tokens(0, BLOCK_SIZE + 1))
+    mine = admit(ours, tokens(0, 2 * BLOCK_SIZE + 1))  # 1, 2 cached, 3 partial
+    sharer = admit(ours, tokens(0, BLOCK_SIZE + 1))  # hits block 1, takes block 4
+    assert ids(sharer.blocks) == [1, 4]
     foreign = admit(theirs, tokens(0, BLOCK_SIZE + 1))
-    queue = theirs.free_block_queue
-    assert isinstance(queue, FailingAppendQueue)
-    queue.armed = True
+    arm(theirs)
     before = (snapshot(ours), snapshot(theirs))
     with pytest.raises(MemoryError):
         ours.free_blocks([*reversed(mine.blocks), *reversed(foreign.blocks)])
     assert (snapshot(ours), snapshot(theirs)) == before
+    assert [block.ref_cnt for block in ours.blocks] == [0, 2, 1, 1, 1, 0]  # block 1: 2, not 1
     ours.check_consistency()
     theirs.check_consistency()
+
+
+def test_a_failed_append_gives_a_shared_block_its_count_back() -> None:
+    """When append_n fails, a block another request still holds gets back 2, its count, not 1."""
+    pool = BlockPool(6, queue_factory=FailingAppendQueue)
+    first = admit(pool, tokens(0, 2 * BLOCK_SIZE + 1))  # 1, 2 cached, 3 partial
+    second = admit(pool, tokens(0, BLOCK_SIZE + 1))  # hits block 1, takes block 4
+    assert ids(second.blocks) == [1, 4]
+    arm(pool)
+    before = snapshot(pool)
+    with pytest.raises(MemoryError):
+        finish(pool, first)  # 3 to the front, 2 to the back (fails), 1 still held by second
+    assert snapshot(pool) == before
+    assert [block.ref_cnt for block in pool.blocks] == [0, 2, 1, 1, 1, 0]
+    pool.check_consistency()
+
+
+def without_places(text: str) -> str:
+    """Drop the ``at FILE:LINE in FUNCTION`` of each recorded call: they name the test runner."""
+    return re.sub(r" at \S+:\d+ in \S+", "", text)
+
+
+def test_a_traced_free_queue_says_where_a_double_freed_block_was_freed() -> None:
+    """With the trace level's queue, a double free names the free before it, word for word."""
+    pool = BlockPool(4, queue_factory=TracedFreeBlockQueue)
+    blocks = pool.get_new_blocks(2)
+    pool.free_blocks(blocks)
+    with pytest.raises(DoubleFreeError) as caught:
+        pool.free_blocks(blocks[:1])
+    assert without_places(str(caught.value)) == (
+        "free_blocks(KVCacheBlock(block_id=1, ref_cnt=0, block_hash=None)): freed more often"
+        " than it is held, its ref_cnt would drop to -1 (a double free?)\n"
+        "  this call: free_blocks() (thread MainThread), after #4\n"
+        "  freed before by: #4 prepend_n() (thread MainThread)\n"
+        "  taken since: never, the block is still in this queue\n"
+        "  taken before that by: #3 popleft_n() (thread MainThread)"
+    )
+    history = getattr(caught.value, "history", None)
+    assert isinstance(history, History)
+    assert (history.call.number, history.call.name) == (None, "free_blocks")
+    (record,) = history.blocks
+    assert record.block == repr(blocks[0])
+    assert free_ids(pool) == [1, 2, 3]
+    assert [block.ref_cnt for block in pool.blocks] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "duplicate",
+    [copy.deepcopy, lambda pool: pickle.loads(pickle.dumps(pool))],
+    ids=["deepcopy", "pickle"],
+)
+def test_a_copied_pool_owns_its_blocks_and_serves_requests(
+    duplicate: Callable[[BlockPool], BlockPool],
+) -> None:
+    """A pool's deep copy or unpickled copy owns its own blocks, frees them and hits its cache."""
+    pool = BlockPool(6)
+    request = admit(pool, tokens(0, BLOCK_SIZE + 1))  # 1 cached, 2 partial, both held
+    twin = duplicate(pool)
+    twin.check_consistency()
+    assert [twin.owns(block) for block in twin.blocks] == [True] * 6
+    assert not any(twin.owns(block) for block in pool.blocks)
+    twin.free_blocks(reversed(twin.blocks[1:3]))  # the copies of the request's blocks
+    assert (free_ids(twin), free_ids(pool)) == ([2, 3, 4, 5, 1], [3, 4, 5])
+    (hit,) = twin.find_longest_cache_hit(request.hashes)
+    assert hit is twin.blocks[1]
+    twin.touch([hit])
+    twin.cache_full_blocks(twin.get_new_blocks(1), [BlockHash(b"k")], 0, 1)
+    assert twin.get_cached_block(BlockHash(b"k")) is twin.blocks[2]
+    twin.check_consistency()
+    pool.check_consistency()
 
 
 def hash_of(block: KVCacheBlock) -> BlockHash | None:

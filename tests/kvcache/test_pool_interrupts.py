@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import dis
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
-from typing import Any
+from typing import Any, SupportsIndex
+
+import pytest
 
 from verified_queue.kvcache import pool as pool_module
+from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import hash_request_tokens
 from verified_queue.kvcache.pool import BlockPool
+from verified_queue.queue import FreeBlockQueue
 
 
 class Interrupted(BaseException):
@@ -65,11 +69,20 @@ def interrupting(at: int) -> Iterator[list[int]]:
         sys.settrace(previous)
 
 
-def _get_interrupted_at(at: int) -> bool:
-    """get_new_blocks on a pool with cached free blocks, interrupted at point ``at``; checked."""
+def _get_interrupted_at(at: int, duplicated: bool) -> bool:
+    """get_new_blocks on a pool with cached free blocks, interrupted at point ``at``; checked.
+
+    ``duplicated``: each key is cached in two blocks, so an eviction leaves its entry non-empty.
+    """
     pool = BlockPool(8)
+    keys = hash_request_tokens(list(range(6)), 2)
     first = pool.get_new_blocks(3)
-    pool.cache_full_blocks(first, hash_request_tokens(list(range(6)), 2), 0, 3)
+    pool.cache_full_blocks(first, keys, 0, 3)
+    if duplicated:
+        # Two requests with the same prompt filled their blocks in the same step.
+        second = pool.get_new_blocks(3)
+        pool.cache_full_blocks(second, keys, 0, 3)
+        pool.free_blocks(reversed(second))
     pool.free_blocks(reversed(first))
     free = pool.get_num_free_blocks()
     taken: list[Any] = []
@@ -82,9 +95,56 @@ def _get_interrupted_at(at: int) -> bool:
     return lines[0] >= at
 
 
-def test_get_new_blocks_interrupted_at_any_line_leaks_nothing() -> None:
+@pytest.mark.parametrize("duplicated", [False, True], ids=["unique", "duplicated"])
+def test_get_new_blocks_interrupted_at_any_line_leaks_nothing(duplicated: bool) -> None:
     """Every block is free or handed out, wherever in get_new_blocks an interrupt arrives."""
     at = 1
-    while _get_interrupted_at(at):
+    while _get_interrupted_at(at, duplicated):
         at += 1
     assert at > 5
+
+
+class InterruptedAfterTakingQueue(FreeBlockQueue[KVCacheBlock]):
+    """A free queue whose popleft_n, once armed, unlinks the blocks and then raises Interrupted.
+
+    It stands for an interrupt that arrives after the blocks left the queue but before the
+    list reaches the pool: in a checked or traced queue's own code after the unlinking.
+    """
+
+    __slots__ = ("armed",)
+
+    armed: bool
+
+    def __init__(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Build the queue unarmed."""
+        self.armed = False
+        super().__init__(blocks)
+
+    def popleft_n(self, n: SupportsIndex) -> list[KVCacheBlock]:
+        """Take the first ``n`` blocks; once armed, raise Interrupted instead of returning them."""
+        taken = super().popleft_n(n)
+        if self.armed:
+            raise Interrupted
+        return taken
+
+
+def test_blocks_taken_by_an_interrupted_popleft_n_go_back_to_the_front() -> None:
+    """Blocks the queue gave up but the pool never received go back free, hashes kept."""
+    pool = BlockPool(8, queue_factory=InterruptedAfterTakingQueue)
+    held = pool.get_new_blocks(2)  # 1, 2: held, detached like the blocks about to be taken
+    cached = pool.get_new_blocks(2)  # 3, 4
+    keys = hash_request_tokens(list(range(4)), 2)
+    pool.cache_full_blocks(cached, keys, 0, 2)
+    pool.free_blocks(cached, evict_first=True)  # to the front, in this order
+    queue = pool.free_block_queue
+    assert isinstance(queue, InterruptedAfterTakingQueue)
+    assert [block.block_id for block in queue] == [3, 4, 5, 6, 7]
+    queue.armed = True
+    with pytest.raises(Interrupted):
+        pool.get_new_blocks(3)  # 3, 4 and 5 leave the queue; the pool never gets them
+    assert [block.block_id for block in queue] == [3, 4, 5, 6, 7]
+    assert [block.ref_cnt for block in pool.blocks] == [0, 1, 1, 0, 0, 0, 0, 0]
+    assert [block.block_hash for block in cached] == keys
+    assert (pool.num_allocated, pool.num_evicted) == (4, 0)
+    assert [block.ref_cnt for block in held] == [1, 1]
+    pool.check_consistency()

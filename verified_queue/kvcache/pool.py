@@ -491,11 +491,11 @@ class BlockPool:
         """
         if type(evict_first) is not bool:
             raise TypeError(f"free_blocks(evict_first={evict_first!r}): expected True or False")
-        blocks = ordered_blocks if type(ordered_blocks) is list else list(ordered_blocks)
+        # One pass sorts the blocks by pool and changes nothing, so the iterable is not copied.
         ours: list[KVCacheBlock] = []
         others: dict[int, tuple[BlockPool, list[KVCacheBlock]]] = {}  # by id(pool)
         mine = self._weak_self
-        for block in blocks:
+        for block in ordered_blocks:
             if block.is_null:
                 continue  # P1: never pooled, its count is not kept
             reference = block.pool
