@@ -18,6 +18,7 @@ operation or the wrong reason is a mismatch, not a second copy of the same mista
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -267,54 +268,44 @@ def _probe(
         other.fake_free_list_head,
         other.fake_free_list_tail,
     ]
-    probes: list[_Step] = []
+    # Each probe is built only when its turn comes: its label and message cost reprs.
+    probes: list[Callable[[], _Step]] = []
     for sentinel in sentinels:
         batch: list[Block] = [*detached[:1], sentinel]
-        sentinel_refused = _refusal("append", sentinel, _A_SENTINEL)
         probes += [
-            _Step(
-                f"append({sentinel!r})",
-                _call("append", sentinel),
-                AlreadyInQueueError,
-                None,
-                sentinel_refused,
-            ),
-            *(
-                _Step(
-                    f"{name}({batch!r})",
-                    _call(name, batch),
-                    AlreadyInQueueError,
-                    None,
-                    _batch_refusal(name, batch, model),
-                )
-                for name in ("append_n", "prepend_n")
-            ),
-            _Step(
-                f"remove({sentinel!r})",
-                _call("remove", sentinel),
-                NotInQueueError,
-                None,
-                _refusal("remove", sentinel, _SENTINEL_STAYS),
-            ),
+            functools.partial(_refused_probe, "append", sentinel, AlreadyInQueueError, _A_SENTINEL),
+            functools.partial(_refused_probe, "append_n", batch, AlreadyInQueueError, model=model),
+            functools.partial(_refused_probe, "prepend_n", batch, AlreadyInQueueError, model=model),
+            functools.partial(_refused_probe, "remove", sentinel, NotInQueueError, _SENTINEL_STAYS),
         ]
     probes += [
-        _Step("iter_blocks_after(head)", _call("iter_blocks_after", sentinels[0]), None, model[:]),
-        _Step("iter_blocks_after(tail)", _call("iter_blocks_after", sentinels[1]), None, []),
+        lambda: _Step(
+            "iter_blocks_after(head)", _call("iter_blocks_after", sentinels[0]), None, model[:]
+        ),
+        lambda: _Step(
+            "iter_blocks_after(tail)", _call("iter_blocks_after", sentinels[1]), None, []
+        ),
     ]
     for sentinel in sentinels[2:]:
-        label = f"iter_blocks_after({sentinel!r})"
-        refusal = _refusal("iter_blocks_after", sentinel, _FOREIGN_SENTINEL)
         probes.append(
-            _Step(label, _call("iter_blocks_after", sentinel), NotInQueueError, None, refusal)
+            functools.partial(
+                _refused_probe, "iter_blocks_after", sentinel, NotInQueueError, _FOREIGN_SENTINEL
+            )
         )
-    probes.append(_Step("sentinels in queue", lambda q: [s in q for s in sentinels], None))
-    probes[-1].result = [False] * len(sentinels)
-    probes.append(_Step("new result lists", _new_lists, None, "new lists"))
+    probes.append(
+        lambda: _Step(
+            "sentinels in queue",
+            lambda q: [s in q for s in sentinels],
+            None,
+            [False] * len(sentinels),
+        )
+    )
+    probes.append(lambda: _Step("new result lists", _new_lists, None, "new lists"))
     if detached:
         # The constructor links its blocks with append_n, whose name its refusals carry.
         repeated = [detached[0], detached[0]]
         probes.append(
-            _Step(
+            lambda: _Step(
                 f"queue(iter({repeated!r}))",
                 lambda q: type(q)(iter(repeated)),
                 AlreadyInQueueError,
@@ -324,7 +315,7 @@ def _probe(
         )
         built = detached[:2]
         probes.append(
-            _Step(
+            lambda: _Step(
                 f"queue(iter({built!r})), emptied",
                 lambda q: _build_and_empty(q, built),
                 None,
@@ -334,7 +325,7 @@ def _probe(
         if model:
             mixed = [detached[0], model[0]]
             probes.append(
-                _Step(
+                lambda: _Step(
                     f"queue({mixed!r})",
                     lambda q: type(q)(mixed),
                     AlreadyInQueueError,
@@ -342,7 +333,25 @@ def _probe(
                     _batch_refusal("append_n", mixed, model),
                 )
             )
-    return probes[index % len(probes)]
+    return probes[index % len(probes)]()
+
+
+def _refused_probe(
+    operation: str,
+    argument: Block | list[Block],
+    error: type[QueueError],
+    reason: str = "",
+    model: list[_Numbered] | None = None,
+) -> _Step:
+    """A probe that hands ``argument`` to ``operation``, which must refuse it.
+
+    A single argument is refused for ``reason``; a batch as the list ``model`` says.
+    """
+    if isinstance(argument, list):
+        message = _batch_refusal(operation, argument, model or [])
+    else:
+        message = _refusal(operation, argument, reason)
+    return _Step(f"{operation}({argument!r})", _call(operation, argument), error, None, message)
 
 
 def _new_lists(queue: FreeBlockQueue[_Numbered]) -> str:
