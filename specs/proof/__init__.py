@@ -7,7 +7,8 @@ length) at once, that ``popleft``, ``remove``, ``append``, ``popleft_n``, ``appe
 
 * preserve the invariants I1 to I4 of ``verified_queue/queue.py``,
 * act on the sequence of blocks exactly as :class:`specs.model.ListModel` does: the same
-  result, the same exception class, the same new sequence and count,
+  result, the same exception class (compared with ``is``, so a subclass is a difference),
+  the same new sequence and count,
 * leave every link and the count exactly as they were when they raise (for a refused batch,
   after the undo of the blocks already linked),
 * touch no block outside the queue except those they are given, and
@@ -26,30 +27,45 @@ The operations are not retyped here. :class:`Translator` reads the methods' sour
 :mod:`ast` and executes it symbolically: attribute reads and writes of the two links become
 array selects and stores, ``self.num_free_blocks`` an integer, ``if`` a fork of the path,
 ``try`` sends what the body raises to the matching handler, calls to the project's functions
-are inlined (in ``raise f(...)`` only the class matters when ``f`` provably only builds the
-exception), and ``for`` and ``while`` loops are cut by the invariants of
-:data:`LOOP_INVARIANTS`, which z3 checks on entry and across one round. A statement or
-expression it does not know raises :class:`Unsupported`: nothing is skipped. So an edit to
-``queue.py`` changes what is proved, and a planted bug's method, translated the same way,
-fails the proof.
+are inlined (``raise f(...)``, where ``f`` provably only builds the exception, is not run: it
+raises the one exception class ``f`` constructs, whatever ``f`` declares), and ``for`` and
+``while`` loops are cut by the invariants of :data:`LOOP_INVARIANTS`, which z3 checks on
+entry and across one round. A statement or expression it does not know raises
+:class:`Unsupported`: nothing is skipped. So an edit to ``queue.py`` changes what is proved,
+and a planted bug's method, translated the same way, fails the proof.
 
-Assumed, not proved (docs/verification.md, "A proof for every size", says the same):
+Not compared (docs/verification.md, "A proof for every size", says the same; each point is
+how the translator works, not a limit of z3):
 
-* the arguments have the types the signatures say: blocks are blocks (nodes other than
-  ``None``), a count is an exact ``int`` (``type(n) is int``), a batch an exact ``list`` of
-  blocks; the ``WrongTypeError`` paths (``count_argument``, ``not_a_block``) are not covered;
-* no asynchronous exception (``KeyboardInterrupt`` from a signal) interrupts an operation, so
-  the undo that only a signal reaches (``popleft_n``'s ``_relink_taken``) is not covered, and
-  no callback (a finalizer) re-enters the queue during one;
-* the heap outside this queue is well formed: a block in no queue is detached, a block in
-  another queue has both links set, another queue's sentinel exactly one; ``remove`` is not
-  given a block linked in *another* queue (the documented precondition; check mode enforces
-  it);
-* only exception classes are compared, not messages; loops are proved partially correct
-  (``_unstage``'s walk back is not proved to end; the ``for`` loops end by construction);
-* the translation: Python's semantics of the statements the translator accepts (a list is a
-  value with an identity, ``x.next_free_block`` a field), and z3's correctness. The compiled
-  build is mypyc's compilation of the same source.
+* exception messages: a builder is not run, so neither its text nor the block, operation or
+  numbers it names are compared (the self-check, the exhaustive check and the contracts
+  compare messages word for word);
+* anything but the six operations: iteration (``__iter__``, ``iter_blocks_after``,
+  ``_walk``), ``__contains__``, ``get_all_free_blocks``, ``__len__``, ``__bool__``, the
+  constructor (its linking is ``append_n``'s), copying and pickling, ``repr``; and check
+  mode (``CheckedFreeBlockQueue``);
+* whether ``popleft_n``'s list is a new object: its length and blocks are compared, not its
+  identity;
+* interrupts and allocation points: an exception arises only where the code raises one, and
+  no code runs at an allocation. So the undo paths that only an asynchronous exception
+  reaches (``popleft_n``'s handlers and ``_relink_taken``, the batch methods' two outer
+  handlers' ``_finish_unstage``) are never entered, hence never translated; and the raise of
+  ``popleft_n``'s second count test, which guards against a finalizer run by a garbage
+  collection that ``[None] * count`` sets off, is on a path z3 finds infeasible; no finalizer re-enters the queue;
+* arguments of other types: a block is a block (a node other than ``None``), a count an exact
+  ``int`` (``type(n) is int``), a batch an exact ``list`` of blocks; the ``WrongTypeError``
+  paths (``count_argument``, ``batch_argument``, ``not_a_block``) are not covered;
+* a damaged or foreign heap: the queue satisfies I1 to I4 before the call, a block in no queue
+  is detached, a block in another queue has both links set, another queue's sentinel exactly
+  one, and ``remove`` is not given a block linked in *another* queue (the documented
+  precondition; check mode enforces it); the ``InvariantViolation`` paths are proved
+  unreachable from there, not compared on a damaged queue;
+* termination of ``_unstage``'s walk back (loops are proved partially correct; the
+  ``for`` loops end by construction), and threads;
+* the compiled build: the proof reads ``queue.py``; that mypyc's C does the same is assumed
+  (the test suite runs on both builds). Also assumed: Python's semantics of the statements
+  the translator accepts (a list is a value with an identity, ``x.next_free_block`` a
+  field), and z3's correctness.
 
 The package's modules, in the order they build on each other:
 

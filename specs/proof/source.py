@@ -155,11 +155,40 @@ def _builds_only(function: FunctionType, seen: frozenset[str] = frozenset()) -> 
 
 def _raised_class(value: object) -> type[BaseException] | None:
     """The class ``raise value(...)`` raises, if known without running ``value``: ``value``
-    itself, or the return type of a function that only builds the exception."""
+    itself, or, for a function that only builds the exception (it declares an exception
+    class as its return type), the one exception class it constructs.
+
+    A builder is judged by the class it builds, not by the class it declares: a builder
+    annotated with one class that returns another (mypy allows a subclass) would
+    otherwise have its raise compared as the declared class. A builder that constructs
+    no exception class, or more than one, is inlined like any other function.
+    """
     if isinstance(value, type) and issubclass(value, BaseException):
         return value
     if _is_project_function(value) and isinstance(value, FunctionType) and _builds_only(value):
         returned = typing.get_type_hints(value).get("return")
-        if isinstance(returned, type) and issubclass(returned, BaseException):
-            return returned
+        built = _exception_classes_built(value)
+        if isinstance(returned, type) and issubclass(returned, BaseException) and len(built) == 1:
+            return next(iter(built))
     return None
+
+
+def _exception_classes_built(
+    function: FunctionType, seen: frozenset[str] = frozenset()
+) -> set[type[BaseException]]:
+    """The exception classes ``function`` calls, and those the project functions it calls do.
+
+    Only called on a function :func:`_builds_only` accepts, whose every call is by name.
+    """
+    if function.__qualname__ in seen:
+        return set()
+    built: set[type[BaseException]] = set()
+    for inner in ast.walk(_load(None, function).node):
+        if not (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name)):
+            continue
+        called = function.__globals__.get(inner.func.id, getattr(builtins, inner.func.id, None))
+        if isinstance(called, type) and issubclass(called, BaseException):
+            built.add(called)
+        elif _is_project_function(called) and isinstance(called, FunctionType):
+            built |= _exception_classes_built(called, seen | {function.__qualname__})
+    return built

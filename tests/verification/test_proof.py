@@ -131,11 +131,13 @@ def edited_queue(tmp_path: Path) -> Iterator[Any]:
     """Load an edited copy of queue.py as a module of the package, and unload it afterwards."""
     name = "verified_queue._edited_for_proof_test"
 
-    def load(old: str, new: str) -> type:
+    def load(old: str, new: str, *more: tuple[str, str]) -> type:
         source = Path(str(queue_module.__file__)).with_suffix(".py").read_text(encoding="utf-8")
-        assert source.count(old) == 1, old
+        for before, after in ((old, new), *more):
+            assert source.count(before) == 1, before
+            source = source.replace(before, after)
         path = tmp_path / "edited_queue.py"
-        path.write_text(source.replace(old, new), encoding="utf-8")
+        path.write_text(source, encoding="utf-8")
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None
         assert spec.loader is not None
@@ -162,6 +164,33 @@ def test_an_edit_to_queue_py_changes_what_is_proved(
     found = proof.find_counterexample(operation, edited_queue(old, new))
     assert found is not None
     assert goal in found.name
+
+
+#: A message builder that declares one class and builds another, added to an edited queue.py.
+MISFILED_BUILDER = '''
+
+from verified_queue.errors import AlreadyInQueueError, NotInQueueError
+
+
+def misfiled(operation: str, block: object) -> AlreadyInQueueError:
+    """Build the error for a double free, of the wrong class under the right annotation."""
+    return NotInQueueError(f"{operation}({block!r}): already linked")  # type: ignore[return-value]
+'''
+
+
+def test_a_builder_is_judged_by_the_class_it_builds(edited_queue: Any) -> None:
+    """An append whose builder builds NotInQueueError for a double free is refuted."""
+    queue_class = edited_queue(
+        '                raise already_linked("append", block)\n',
+        '                raise misfiled("append", block)\n',
+        (
+            '__all__ = ["EMPTY_QUEUE_MESSAGE", "FreeBlockQueue"]\n',
+            '__all__ = ["EMPTY_QUEUE_MESSAGE", "FreeBlockQueue"]\n' + MISFILED_BUILDER,
+        ),
+    )
+    results = proof.prove(["append"], queue_class, stop_at_first_failure=True)
+    assert results[-1].verdict == "counterexample", (results[-1].name, results[-1].verdict)
+    assert "the code raises NotInQueueError" in results[-1].name
 
 
 def test_popleft_leaving_links_is_not_proved() -> None:

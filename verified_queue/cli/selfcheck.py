@@ -6,13 +6,21 @@ full verification (stateful machines, contracts, the exhaustive check) lives
 in the repository's ``specs/`` and ``tests/``, which the wheel does not ship;
 so this module keeps a small list oracle of its own (``_random_step``,
 ``_probe``, ``_compare``) rather than the one in ``specs/model.py``.
+
+The oracle predicts every refusal word for word, not only its class: the operation
+and the argument it names, and the reason, chosen from the list's state (whether
+the block is in the list, earlier in the same batch, or a sentinel). The reasons
+are written out below (``_DOUBLE_FREE`` and the rest) rather than taken from
+``verified_queue._messages``, so that a builder naming the wrong block, the wrong
+operation or the wrong reason is a mismatch, not a second copy of the same mistake.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from verified_queue.block import Block
@@ -41,6 +49,16 @@ class _Numbered(Block):
 #: Every this many operations, one is a probe (see :func:`_probe`) instead of a random call.
 _PROBE_EVERY = 4
 
+# The reasons the queue gives for refusing an argument (see the module docstring).
+_DOUBLE_FREE = "it is already linked in a queue (a double free?)"
+_REPEATED = "it is repeated in the batch"
+_A_SENTINEL = "it is a queue sentinel"
+_NOT_LINKED = "it is not linked in a queue"
+_SENTINEL_STAYS = "it is a queue sentinel, which never leaves its queue"
+_FOREIGN_SENTINEL = "it is another queue's sentinel"
+#: What popleft() on an empty queue says (vLLM's words, which its callers match).
+_NO_FREE_BLOCKS = "No free blocks available"
+
 
 @dataclass
 class SelfCheckReport:
@@ -62,13 +80,13 @@ def _position(items: list[_Numbered], block: _Numbered) -> int:
 def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) -> SelfCheckReport:
     """Run ``operations`` random calls, misuse included, on a queue and on a list side by side.
 
-    Stops at the first difference in a result, an error, the order of the
-    blocks (as linked, listed and iterated), the count or a block's links, and
-    reports it. Every fourth operation is a probe from a fixed cycle instead:
-    sentinels handed to every operation, the constructor given a repeated or
-    linked block or an iterator, and the lists results come in, which must be
-    new on every call. ``operations`` and ``universe`` below 1 raise
-    ``ValueError``: a check of nothing must not pass.
+    Stops at the first difference in a result, an error (its class or its exact
+    message), the order of the blocks (as linked, listed and iterated), the
+    count or a block's links, and reports it. Every fourth operation is a
+    probe from a fixed cycle instead: sentinels handed to every operation, the
+    constructor given a repeated or linked block or an iterator, and the lists
+    results come in, which must be new on every call. ``operations`` and
+    ``universe`` below 1 raise ``ValueError``: a check of nothing must not pass.
 
     Runtime complexity: O(operations * universe)
 
@@ -96,20 +114,18 @@ def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) 
             step = _probe(report.operations // _PROBE_EVERY, queue, other, blocks, model)
         else:
             step = _random_step(rng, blocks, model)
-        expected = step.error.__name__ if step.error else "success"
+        expected = f"{step.error.__name__}({step.message!r})" if step.error else "success"
         try:
             got = step.call(queue)
         except QueueError as exc:
             report.rejected += 1
-            if step.error is None or not isinstance(exc, step.error):
+            if step.error is None or not isinstance(exc, step.error) or str(exc) != step.message:
                 report.mismatch = f"{step.label}: raised {exc!r}, the list expected {expected}"
         except Exception as exc:  # a broken queue may fail in any way: a finding, not a crash
             report.mismatch = f"{step.label}: raised {exc!r}, the list expected {expected}"
         else:
             if step.error is not None:
-                report.mismatch = (
-                    f"{step.label}: succeeded, the list expected {step.error.__name__}"
-                )
+                report.mismatch = f"{step.label}: succeeded, the list expected {expected}"
             elif got != step.result:  # lists of _Numbered compare by identity
                 report.mismatch = (
                     f"{step.label}: returned {got!r}, the list expected {step.result!r}"
@@ -121,12 +137,42 @@ def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) 
 
 @dataclass
 class _Step:
-    """One call on the queue and what the list model says it must do."""
+    """One call on the queue and what the list model says it must do.
+
+    ``error`` and ``message``: the class and the exact text of the refusal, if the
+    list refuses the call; ``result``: what the call returns otherwise.
+    """
 
     label: str
     call: Callable[[FreeBlockQueue[_Numbered]], object]
     error: type[QueueError] | None
     result: object = None
+    message: str | None = None
+
+
+def _refusal(operation: str, argument: object, reason: str) -> str:
+    """The text of the refusal of ``operation(argument)`` for ``reason``."""
+    return f"{operation}({argument!r}): {reason}"
+
+
+def _batch_refusal(operation: str, batch: Sequence[Block], model: list[_Numbered]) -> str | None:
+    """Why the list model refuses to take ``batch``, word for word, or ``None`` if it takes it.
+
+    The first item of the batch that may not join names the refusal: a sentinel
+    (anything not one of the self-check's numbered blocks), an item met earlier in
+    the same batch, or a block already in the list.
+    """
+    members = {id(block) for block in model}
+    seen: set[int] = set()
+    for item in batch:
+        if not isinstance(item, _Numbered):
+            return _refusal(operation, item, _A_SENTINEL)
+        if id(item) in seen:
+            return _refusal(operation, item, _REPEATED)
+        if id(item) in members:
+            return _refusal(operation, item, _DOUBLE_FREE)
+        seen.add(id(item))
+    return None
 
 
 def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads best
@@ -138,28 +184,36 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
     roll = rng.random()
     if roll < 0.2:
         if not model:
-            return _Step("popleft()", FreeBlockQueue.popleft, EmptyQueueError)
+            return _Step(
+                "popleft()", FreeBlockQueue.popleft, EmptyQueueError, None, _NO_FREE_BLOCKS
+            )
         return _Step("popleft()", FreeBlockQueue.popleft, None, model.pop(0))
     if roll < 0.35:
         n = rng.randint(-2, len(model) + 2)
         step = _Step(f"popleft_n({n})", lambda q: q.popleft_n(n), None, model[:n])
         if n > len(model):
             step.error = EmptyQueueError
+            step.message = f"popleft_n({n}) from a FreeBlockQueue with {len(model)} free blocks"
         elif n < 0:
             step.error = NegativeCountError
+            step.message = f"popleft_n({n}): the count must not be negative"
         else:
             del model[:n]
         return step
     if roll < 0.5:
+        label = f"remove({block!r})"
         if where < 0:
-            return _Step(f"remove({block!r})", lambda q: q.remove(block), NotInQueueError)
+            refusal = _refusal("remove", block, _NOT_LINKED)
+            return _Step(label, lambda q: q.remove(block), NotInQueueError, None, refusal)
         del model[where]
-        return _Step(f"remove({block!r})", lambda q: q.remove(block), None)
+        return _Step(label, lambda q: q.remove(block), None)
     if roll < 0.7:
+        label = f"append({block!r})"
         if where >= 0:
-            return _Step(f"append({block!r})", lambda q: q.append(block), AlreadyInQueueError)
+            refusal = _refusal("append", block, _DOUBLE_FREE)
+            return _Step(label, lambda q: q.append(block), AlreadyInQueueError, None, refusal)
         model.append(block)
-        return _Step(f"append({block!r})", lambda q: q.append(block), None)
+        return _Step(label, lambda q: q.append(block), None)
     if roll < 0.8:
         # A walk resumed from a cursor: None (the front) or any block, linked or not.
         cursor = None if rng.random() < 0.2 else block
@@ -167,12 +221,12 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
         if cursor is None:
             return _Step(label, lambda q: _walk_after(q, None), None, list(model))
         if where < 0:
-            return _Step(label, lambda q: _walk_after(q, cursor), NotInQueueError)
+            refusal = _refusal("iter_blocks_after", cursor, _NOT_LINKED)
+            return _Step(label, lambda q: _walk_after(q, cursor), NotInQueueError, None, refusal)
         return _Step(label, lambda q: _walk_after(q, cursor), None, model[where + 1 :])
     batch = rng.sample(blocks, rng.randint(0, 4))
     if batch and rng.random() < 0.1:
         batch.append(batch[0])  # a block repeated within one batch
-    repeated = len({id(b) for b in batch}) != len(batch)
     at_front = roll >= 0.9  # half of the batches go to the front
     name = "prepend_n" if at_front else "append_n"
 
@@ -182,8 +236,9 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
         else:
             queue.append_n(batch)
 
-    if repeated or any(_position(model, b) >= 0 for b in batch):
-        return _Step(f"{name}({batch!r})", call, AlreadyInQueueError)
+    refused = _batch_refusal(name, batch, model)
+    if refused is not None:
+        return _Step(f"{name}({batch!r})", call, AlreadyInQueueError, None, refused)
     if at_front:
         model[0:0] = batch
     else:
@@ -213,35 +268,54 @@ def _probe(
         other.fake_free_list_head,
         other.fake_free_list_tail,
     ]
-    probes: list[_Step] = []
+    # Each probe is built only when its turn comes: its label and message cost reprs.
+    probes: list[Callable[[], _Step]] = []
     for sentinel in sentinels:
         batch: list[Block] = [*detached[:1], sentinel]
         probes += [
-            _Step(f"append({sentinel!r})", _call("append", sentinel), AlreadyInQueueError),
-            _Step(f"append_n({batch!r})", _call("append_n", batch), AlreadyInQueueError),
-            _Step(f"prepend_n({batch!r})", _call("prepend_n", batch), AlreadyInQueueError),
-            _Step(f"remove({sentinel!r})", _call("remove", sentinel), NotInQueueError),
+            functools.partial(_refused_probe, "append", sentinel, AlreadyInQueueError, _A_SENTINEL),
+            functools.partial(_refused_probe, "append_n", batch, AlreadyInQueueError, model=model),
+            functools.partial(_refused_probe, "prepend_n", batch, AlreadyInQueueError, model=model),
+            functools.partial(_refused_probe, "remove", sentinel, NotInQueueError, _SENTINEL_STAYS),
         ]
     probes += [
-        _Step("iter_blocks_after(head)", _call("iter_blocks_after", sentinels[0]), None, model[:]),
-        _Step("iter_blocks_after(tail)", _call("iter_blocks_after", sentinels[1]), None, []),
+        lambda: _Step(
+            "iter_blocks_after(head)", _call("iter_blocks_after", sentinels[0]), None, model[:]
+        ),
+        lambda: _Step(
+            "iter_blocks_after(tail)", _call("iter_blocks_after", sentinels[1]), None, []
+        ),
     ]
     for sentinel in sentinels[2:]:
-        label = f"iter_blocks_after({sentinel!r})"
-        probes.append(_Step(label, _call("iter_blocks_after", sentinel), NotInQueueError))
-    probes.append(_Step("sentinels in queue", lambda q: [s in q for s in sentinels], None))
-    probes[-1].result = [False] * len(sentinels)
-    probes.append(_Step("new result lists", _new_lists, None, "new lists"))
+        probes.append(
+            functools.partial(
+                _refused_probe, "iter_blocks_after", sentinel, NotInQueueError, _FOREIGN_SENTINEL
+            )
+        )
+    probes.append(
+        lambda: _Step(
+            "sentinels in queue",
+            lambda q: [s in q for s in sentinels],
+            None,
+            [False] * len(sentinels),
+        )
+    )
+    probes.append(lambda: _Step("new result lists", _new_lists, None, "new lists"))
     if detached:
+        # The constructor links its blocks with append_n, whose name its refusals carry.
         repeated = [detached[0], detached[0]]
         probes.append(
-            _Step(
-                f"queue(iter({repeated!r}))", lambda q: type(q)(iter(repeated)), AlreadyInQueueError
+            lambda: _Step(
+                f"queue(iter({repeated!r}))",
+                lambda q: type(q)(iter(repeated)),
+                AlreadyInQueueError,
+                None,
+                _batch_refusal("append_n", repeated, model),
             )
         )
         built = detached[:2]
         probes.append(
-            _Step(
+            lambda: _Step(
                 f"queue(iter({built!r})), emptied",
                 lambda q: _build_and_empty(q, built),
                 None,
@@ -250,8 +324,34 @@ def _probe(
         )
         if model:
             mixed = [detached[0], model[0]]
-            probes.append(_Step(f"queue({mixed!r})", lambda q: type(q)(mixed), AlreadyInQueueError))
-    return probes[index % len(probes)]
+            probes.append(
+                lambda: _Step(
+                    f"queue({mixed!r})",
+                    lambda q: type(q)(mixed),
+                    AlreadyInQueueError,
+                    None,
+                    _batch_refusal("append_n", mixed, model),
+                )
+            )
+    return probes[index % len(probes)]()
+
+
+def _refused_probe(
+    operation: str,
+    argument: Block | list[Block],
+    error: type[QueueError],
+    reason: str = "",
+    model: list[_Numbered] | None = None,
+) -> _Step:
+    """A probe that hands ``argument`` to ``operation``, which must refuse it.
+
+    A single argument is refused for ``reason``; a batch as the list ``model`` says.
+    """
+    if isinstance(argument, list):
+        message = _batch_refusal(operation, argument, model or [])
+    else:
+        message = _refusal(operation, argument, reason)
+    return _Step(f"{operation}({argument!r})", _call(operation, argument), error, None, message)
 
 
 def _new_lists(queue: FreeBlockQueue[_Numbered]) -> str:
