@@ -16,8 +16,9 @@ the package never imports it.
   invariants, the obligations and the driver.
 - :mod:`specs.planted_bugs`: deliberately wrong queues that every checker must reject, one
   module per kind of defect.
-- :mod:`specs.bug_matrix`: every verification layer against every planted bug
-  (``docs/bug-matrix.md``).
+- :mod:`specs.bug_matrix` and :mod:`specs.checker_matrix`: every verification layer against
+  every planted bug (``docs/bug-matrix.md``, ``docs/checker-bug-matrix.md``), the layers
+  defined once in :mod:`specs.layer_matrix`.
 - :mod:`specs.vllm`: the tooling that fetches vLLM's wheel and loads its code, for the
   conformance tests.
 

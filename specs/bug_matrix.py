@@ -1,28 +1,21 @@
 """Which verification layer catches which planted bug: the matrix of ``docs/bug-matrix.md``.
 
-Every planted bug of :data:`specs.planted_bugs.CATALOGUE` is run against every layer, each at
-a small size so the whole matrix costs about a minute of CPU:
-
-- ``exhaustive``: :func:`specs.exhaustive.check_every_state` over 3 blocks, batches up to 2
-  (the default run's own test uses 6 blocks, batches up to 3);
-- ``queue machine``, ``shared pool``, ``check mode``: the Hypothesis machines of
-  ``tests/verification/test_stateful.py``, derandomized, with :data:`MACHINE_EXAMPLES`
-  examples of up to :data:`MACHINE_STEPS` steps (their planted-bug tests use 300 examples
-  of up to 40 steps);
-- ``contracts``: the CrossHair contracts of :mod:`specs.contracts`, evaluated concretely on
-  every input of their domains, as ``tests/verification/test_contracts.py`` does;
-- ``self-check``: :func:`verified_queue.cli.selfcheck.run_self_check` with 2,000 operations;
-
-and two layers too slow for the default run, whose columns are recorded in
-:data:`RECORDED` with the date and commit they were measured at:
+Every planted bug of :data:`specs.planted_bugs.CATALOGUE` is run against every layer of
+:mod:`specs.layer_matrix`, the queue's layers and the checkers' alike, each at the small size
+named there (the exhaustive layers over 3 blocks, every machine derandomized with 50
+examples of up to 20 steps, the contracts on their whole domains, the self-check with 2,000
+operations), and against two layers too slow for the default run, whose columns are recorded
+in :data:`RECORDED` with the date and commit they were measured at:
 
 - ``proof``: :mod:`specs.proof` (z3) on the bug's method, for the six operations it covers:
   caught when z3 refutes an obligation or the bounded search finds a counterexample;
 - ``crosshair``: ``tox -e crosshair-planted``, CrossHair over the contracts.
 
-A layer that misses a bug must say why in :data:`MISSES`; ``tests/verification/test_bug_matrix.py``
-recomputes the cheap columns, requires each bug to be caught by at least three layers and
-every miss to be explained, and compares ``docs/bug-matrix.md`` with :func:`render`.
+A layer that runs on a bug and misses it says why in :data:`MISSES`; a layer that cannot
+reach a bug at all says why in :data:`NOT_APPLICABLE`, and is not counted for that bug.
+``tests/verification/test_bug_matrix.py`` recomputes the cheap columns, requires each bug to
+be caught by at least three layers and every miss to be explained, and compares
+``docs/bug-matrix.md`` with :func:`render`.
 
 ``python -m specs.bug_matrix --write docs/bug-matrix.md`` regenerates the page;
 ``--proof`` recomputes the proof column and prints it (z3 needed).
@@ -34,38 +27,48 @@ import argparse
 import functools
 import importlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from hypothesis import settings
 
-from specs.exhaustive import check_every_state
+from specs.layer_matrix import (
+    MACHINE_EXAMPLES,
+    MACHINE_STEPS,
+    RUNNERS,
+    Cell,
+    fixed_draws,
+    machine_settings,
+    render_explanations,
+    render_table,
+)
 from specs.planted_bugs import CATALOGUE, KINDS
 from specs.planted_bugs.keys import planted
 from specs.planted_bugs.kvcache import CLIENT_CATALOGUE, CLIENT_KINDS, ClientBug
-from verified_queue.cli import selfcheck
 from verified_queue.queue import FreeBlockQueue
 
 __all__ = [
     "CHEAP_LAYERS",
     "CLIENT_LAYERS",
+    "CLIENT_NOT_APPLICABLE",
     "LAYERS",
-    "MACHINE_EXAMPLES",
-    "MACHINE_STEPS",
+    "MISSED_BY_BUDGET",
     "MISSES",
+    "NOT_APPLICABLE",
+    "PROVED_OPERATIONS",
     "RECORDED",
     "caught",
+    "cells",
     "client_caught",
     "compute",
     "compute_client",
     "main",
+    "prove",
     "render",
 ]
 
-Queue = type[FreeBlockQueue[Any]]
-
-#: The layers whose column the default run recomputes, in the page's order.
+#: The layers whose column the default run recomputes, in the page's order: the queue's
+#: layers, then the checkers'.
 CHEAP_LAYERS = (
     "exhaustive",
     "queue machine",
@@ -73,13 +76,14 @@ CHEAP_LAYERS = (
     "check mode",
     "contracts",
     "self-check",
+    "damage",
+    "damage machine",
+    "cross-check",
+    "cross-check machine",
 )
 
 #: Every layer, in the page's order.
 LAYERS = (*CHEAP_LAYERS, "proof", "crosshair")
-
-#: The machine columns' examples and steps: ``BUG_HUNT`` of the stateful tests, shorter.
-MACHINE_EXAMPLES, MACHINE_STEPS = 100, 30
 
 #: The operations :mod:`specs.proof` covers.
 PROVED_OPERATIONS = ("popleft", "remove", "append", "popleft_n", "append_n", "prepend_n")
@@ -88,13 +92,12 @@ _CHECK_MODE_OWN = (
     "check mode answers this itself, from its membership or its own walk, without calling the "
     "base method the bug is in"
 )
-_PROOF_SCOPE = "the proof covers the six linking operations only, not {operation}"
 _UNTRANSLATED = (
     "written with a list display (`[]`) the translator does not read, so the proof stops with "
     "Unsupported: it refuses to certify the method, but finds no counterexample"
 )
 
-#: Why each layer misses each bug it misses: (layer, bug) -> reason.
+#: Why each layer misses each bug it runs on and misses: (layer, bug) -> reason.
 MISSES: dict[tuple[str, str], str] = {
     ("check mode", "contains_compares_by_value"): _CHECK_MODE_OWN.replace(
         "from its membership or its own walk", "from its membership set"
@@ -124,9 +127,116 @@ for _layer, _name in list(MISSES):
             + MISSES[_layer, _name]
             + "); run against its contract it found no counterexample"
         )
-for _name, _bug in CATALOGUE.items():
-    if _bug.operation not in PROVED_OPERATIONS:
-        MISSES["proof", _name] = _PROOF_SCOPE.format(operation=f"`{_bug.operation}`")
+
+#: The misses of a machine that can meet the bug but did not in the matrix's short runs
+#: (its own planted-bug test, with more examples, catches it): (layer, bug) -> reason.
+MISSED_BY_BUDGET: dict[tuple[str, str], str] = dict.fromkeys(
+    (
+        ("shared pool", "iter_blocks_after_yields_cursor"),
+        ("check mode", "constructor_not_atomic_for_iterables"),
+    ),
+    f"it can meet it, but did not in its {MACHINE_EXAMPLES} runs of up to {MACHINE_STEPS} steps "
+    "(runs of 100 examples of up to 30 steps catch it)",
+)
+MISSES.update(MISSED_BY_BUDGET)
+
+# The checkers' layers run check mode over the bug's class: what they call, and so miss.
+_DAMAGE_ONLY = (
+    "it reaches the bug's class through check mode on damaged states, where check mode's own "
+    "checks refuse every operation before the base method runs; the only calls that reach "
+    "the base class are the constructor, from a list of detached blocks, and the `append` of "
+    "a damaged block outside the queue"
+)
+_CORRECT_CALLER = (
+    "between damages its caller is correct (no negative count, no `popleft` of an empty "
+    "queue, no sentinel, no half-linked block or cursor), and check mode refuses each "
+    "damaged call itself: a guard that lets misuse through is never tried"
+)
+_NOTHING_REFUSED = "it frees detached blocks only: no batch is refused, so no undo runs"
+_LISTS_NOT_KEPT = "it never keeps a returned list across another call"
+_BUILT_FROM_LISTS = "it builds every queue from a list, never from an iterator"
+_HALF_LINKED = "it frees members and detached blocks only, never a block with one link set"
+_ONE_BLOCK = "its batches hold one block: nothing to undo when refused, no order to reverse"
+_NO_CROSS_CHECK_BATCH = (
+    "it makes no batch call that is refused: `prepend_n` of one detached block while a walk "
+    "stands, `append_n` never"
+)
+for _name in CATALOGUE:
+    if _name not in (
+        "append_skips_double_free_check",
+        "append_guard_reads_next_only",
+        "constructor_skips_link_check",
+    ):
+        MISSES["damage", _name] = _DAMAGE_ONLY
+for _name in (
+    "popleft_n_allows_negative",
+    "sentinel_returned",
+    "prepend_n_guard_reads_prev_only",
+    "remove_accepts_sentinel",
+    "iter_blocks_after_checks_lazily",
+    "iter_blocks_after_guard_reads_next_only",
+):
+    MISSES["damage machine", _name] = _CORRECT_CALLER
+for _name in (
+    "append_n_not_atomic",
+    "prepend_n_not_atomic",
+    "append_n_undo_clears_next_only",
+    "prepend_n_undo_skips_rejoin",
+    "prepend_n_counts_before_linking",
+):
+    MISSES["damage machine", _name] = _NOTHING_REFUSED
+    MISSES["cross-check", _name] = _NO_CROSS_CHECK_BATCH
+for _name in (
+    "append_n_not_atomic",
+    "prepend_n_not_atomic",
+    "append_n_undo_clears_next_only",
+    "prepend_n_undo_skips_rejoin",
+    "prepend_n_reversed",
+):
+    MISSES["cross-check machine", _name] = _ONE_BLOCK
+for _name in (
+    "popleft_n_shares_empty_result",
+    "popleft_n_reuses_buffer",
+    "get_all_free_blocks_reuses_list",
+):
+    for _layer in ("damage machine", "cross-check", "cross-check machine"):
+        MISSES[_layer, _name] = _LISTS_NOT_KEPT
+for _layer in ("damage machine", "cross-check", "cross-check machine"):
+    MISSES[_layer, "constructor_not_atomic_for_iterables"] = _BUILT_FROM_LISTS
+MISSES["damage machine", "popleft_leaves_links"] = (
+    "it calls `popleft` only on a damaged queue, which check mode refuses before the base "
+    "method runs"
+)
+for _name in ("iter_blocks_after_yields_cursor", "iter_yields_head_sentinel"):
+    MISSES["damage machine", _name] = _CHECK_MODE_OWN
+MISSES["damage machine", "contains_compares_by_value"] = MISSES[
+    "check mode", "contains_compares_by_value"
+]
+MISSES["cross-check", "sentinel_returned"] = (
+    "it calls `popleft` only while a walk stands on a member, never on an empty queue"
+)
+MISSES["cross-check", "append_guard_reads_next_only"] = _HALF_LINKED
+MISSES["cross-check", "prepend_n_guard_reads_prev_only"] = _HALF_LINKED
+MISSES["cross-check machine", "prepend_n_guard_reads_prev_only"] = _HALF_LINKED
+MISSES["cross-check", "prepend_n_reversed"] = _ONE_BLOCK
+for _layer in ("cross-check", "cross-check machine"):
+    MISSES[_layer, "iter_blocks_after_checks_lazily"] = (
+        "it drains every walk from a refused cursor at once, so a refusal at the first step "
+        "looks the same as one at the call"
+    )
+    MISSES[_layer, "iter_blocks_after_guard_reads_next_only"] = (
+        "it never hands `iter_blocks_after` a cursor with one link set"
+    )
+MISSES["cross-check machine", "remove_accepts_sentinel"] = (
+    "it removes blocks of the universe only, never a sentinel"
+)
+
+#: The layers that cannot reach a bug at all, and why: (layer, bug) -> reason.
+NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    ("proof", _name): f"the proof covers the six linking operations only, not `{_bug.operation}`"
+    for _name, _bug in CATALOGUE.items()
+    if _bug.operation not in PROVED_OPERATIONS
+}
 
 #: Columns measured outside the default run: layer -> (when and where, bug -> caught).
 RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
@@ -144,25 +254,17 @@ RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
             "append_guard_reads_next_only": True,
             "prepend_n_guard_reads_prev_only": True,
             "remove_accepts_sentinel": True,
-            "iter_blocks_after_checks_lazily": False,
-            "iter_blocks_after_guard_reads_next_only": False,
             "append_n_not_atomic": True,
             "prepend_n_not_atomic": True,
             "append_n_undo_clears_next_only": True,
             "prepend_n_undo_skips_rejoin": True,
             "popleft_n_shares_empty_result": True,
             "popleft_n_reuses_buffer": False,
-            "get_all_free_blocks_reuses_list": False,
-            "constructor_not_atomic_for_iterables": False,
-            "constructor_skips_link_check": False,
             "popleft_leaves_links": True,
             "append_n_wrong_neighbour": False,
             "prepend_n_reversed": False,
             "remove_forgets_count": True,
             "prepend_n_counts_before_linking": True,
-            "iter_blocks_after_yields_cursor": False,
-            "iter_yields_head_sentinel": False,
-            "contains_compares_by_value": False,
         },
     ),
     "crosshair": (
@@ -203,102 +305,12 @@ RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
 }
 
 
-def _stateful() -> Any:
-    """The module of the stateful tests, where the machines live (imported only when needed)."""
-    return importlib.import_module("tests.verification.test_stateful")
-
-
-def _run_machine(machine: type) -> bool:
-    """Whether the machine fails (reports the bug) in its shorter planted-bug run."""
-    stateful = _stateful()
-    shorter = settings(
-        stateful.BUG_HUNT, max_examples=MACHINE_EXAMPLES, stateful_step_count=MACHINE_STEPS
-    )
-    try:
-        stateful.run_machine(machine, settings=shorter)
-    except Exception:  # any failure of the run is the machine reporting the bug
-        return True
-    return False
-
-
-def _queue_machine(queue_type: Queue) -> bool:
-    stateful = _stateful()
-    machine = stateful._machine_for(stateful.QueueAgainstModel, queue_type)
-    return _run_machine(machine)
-
-
-def _shared_pool(queue_type: Queue) -> bool:
-    stateful = _stateful()
-    machine = stateful._machine_for(stateful.SharedPool, queue_type)
-    return _run_machine(machine)
-
-
-def _check_mode(queue_type: Queue) -> bool:
-    stateful = _stateful()
-    machine = type(
-        f"CheckedQueueMisuseOver{queue_type.__name__}",
-        (stateful.CheckedQueueMisuse,),
-        {"base_type": queue_type},
-    )
-    return _run_machine(machine)
-
-
-def _exhaustive(queue_type: Queue) -> bool:
-    return (
-        check_every_state(blocks=3, max_batch=2, queue_type=queue_type).counterexample is not None
-    )
-
-
-@contextmanager
-def _contracts_on(queue_type: Queue) -> Iterator[Any]:
-    """The contracts module with ``queue_type`` as the queue it checks, restored afterwards."""
-    contracts = importlib.import_module("specs.contracts")
-    names = vars(contracts)
-    saved = names["QUEUE_TYPE"]
-    names["QUEUE_TYPE"] = queue_type
-    try:
-        yield contracts
-    finally:
-        names["QUEUE_TYPE"] = saved
-
-
-def _contracts(queue_type: Queue) -> bool:
-    tests = importlib.import_module("tests.verification.test_contracts")
-    with _contracts_on(queue_type):
-        # The harness last: it only combines the single operations, and its domain is largest.
-        ordered = sorted(
-            tests.CONTRACTS, key=lambda function: function.__name__ == "operations_contract"
-        )
-        return any(tests._failures(function, first=True)[1] for function in ordered)
-
-
-def _self_check(queue_type: Queue) -> bool:
-    # The queue class the self-check drives is the module's name FreeBlockQueue.
-    names = vars(selfcheck)
-    saved = names["FreeBlockQueue"]
-    names["FreeBlockQueue"] = queue_type
-    try:
-        return selfcheck.run_self_check(operations=2000).mismatch is not None
-    finally:
-        names["FreeBlockQueue"] = saved
-
-
-_RUNNERS: dict[str, Callable[[Queue], bool]] = {
-    "exhaustive": _exhaustive,
-    "queue machine": _queue_machine,
-    "shared pool": _shared_pool,
-    "check mode": _check_mode,
-    "contracts": _contracts,
-    "self-check": _self_check,
-}
-
-
 def caught(layer: str, bug: str) -> bool:
     """Whether the cheap ``layer`` reports the planted bug ``bug``.
 
-    Runtime complexity: one run of the layer at the small size of this module's docstring
+    Runtime complexity: one run of the layer at the small size of :mod:`specs.layer_matrix`
     """
-    return _RUNNERS[layer](CATALOGUE[bug].queue_type)
+    return RUNNERS[layer](CATALOGUE[bug].queue_type)
 
 
 def compute(layers: Sequence[str] = CHEAP_LAYERS) -> dict[tuple[str, str], bool]:
@@ -307,6 +319,32 @@ def compute(layers: Sequence[str] = CHEAP_LAYERS) -> dict[tuple[str, str], bool]
     Runtime complexity: len(layers) * len(CATALOGUE) layer runs
     """
     return {(layer, bug): caught(layer, bug) for layer in layers for bug in CATALOGUE}
+
+
+def cells(
+    computed: dict[tuple[str, str], bool],
+    recorded: dict[str, tuple[str, dict[str, bool]]],
+    not_applicable: Iterable[tuple[str, str]],
+    names: Iterable[str],
+    layers: Sequence[str],
+) -> dict[tuple[str, str], Cell]:
+    """Every cell of a page: computed or recorded, or a layer that cannot reach the bug.
+
+    A cell neither computed, recorded nor out of reach is one the layer was not run on.
+    """
+    out_of_reach = set(not_applicable)
+    matrix: dict[tuple[str, str], Cell] = {}
+    for layer in layers:
+        column = recorded.get(layer, ("", {}))[1]
+        for name in names:
+            found = computed.get((layer, name), column.get(name))
+            if (layer, name) in out_of_reach:
+                matrix[layer, name] = "n/a"
+            elif found is None:
+                matrix[layer, name] = "not run"
+            else:
+                matrix[layer, name] = "caught" if found else "missed"
+    return matrix
 
 
 #: The layers of the pool and the keys, run against the bugs of ``CLIENT_CATALOGUE``: the pool
@@ -320,15 +358,21 @@ CLIENT_LAYERS = (
     "key enumeration",
 )
 
+#: The pool machine's examples and steps: cheap (a pool bug shows in a few steps), so more
+#: than the queue's machines get.
+POOL_MACHINE_EXAMPLES, POOL_MACHINE_STEPS = 100, 30
+
 _KEY_LAYERS_ONLY_KEYS = "the key layers compute keys and never call the pool"
 _CONTRACTS_OPAQUE_KEYS = (
     "the contracts take keys as opaque values: a key function that merges or splits prefixes "
     "leaves every pool call within its contract"
 )
+#: The client layers that cannot reach a pool or key bug, and why: (layer, bug) -> reason.
+CLIENT_NOT_APPLICABLE: dict[tuple[str, str], str] = {}
 for _name, _client_bug in CLIENT_CATALOGUE.items():
     if _client_bug.kind == "pool":
-        MISSES["key property", _name] = _KEY_LAYERS_ONLY_KEYS
-        MISSES["key enumeration", _name] = _KEY_LAYERS_ONLY_KEYS
+        CLIENT_NOT_APPLICABLE["key property", _name] = _KEY_LAYERS_ONLY_KEYS
+        CLIENT_NOT_APPLICABLE["key enumeration", _name] = _KEY_LAYERS_ONLY_KEYS
     else:
         MISSES["pool contracts", _name] = _CONTRACTS_OPAQUE_KEYS
 MISSES["pool contracts", "encode_int_rounds_bytes_down"] = (
@@ -350,11 +394,11 @@ def _pool_machine(bug: ClientBug) -> bool:
     tests = importlib.import_module("tests.kvcache.test_pool_machine")
     shorter = settings(
         tests.RUN,
-        max_examples=MACHINE_EXAMPLES,
-        stateful_step_count=MACHINE_STEPS,
+        max_examples=POOL_MACHINE_EXAMPLES,
+        stateful_step_count=POOL_MACHINE_STEPS,
         derandomize=True,
         database=None,
-        phases=_stateful().BUG_HUNT.phases,
+        phases=machine_settings().phases,
     )
     return _fails(lambda: tests.run_pool_machine(bug.pool_type, shorter))
 
@@ -372,7 +416,7 @@ def _pool_contracts(bug: ClientBug) -> bool:
 def _key_property(_bug: ClientBug) -> bool:
     tests = importlib.import_module("tests.kvcache.test_key_layer")
     run = settings(
-        tests.PROPERTY_RUN, derandomize=True, database=None, phases=_stateful().BUG_HUNT.phases
+        tests.PROPERTY_RUN, derandomize=True, database=None, phases=machine_settings().phases
     )
     return _fails(tests.block_property(run)) or _fails(tests.request_property(run))
 
@@ -396,15 +440,15 @@ _CLIENT_RUNNERS: dict[str, Callable[[ClientBug], bool]] = {
 def client_caught(layer: str, bug: str) -> bool:
     """Whether the client ``layer`` reports the planted pool or key bug ``bug``.
 
-    A layer a bug cannot reach (a key layer for a pool bug) is not run: it misses, as
-    :data:`MISSES` says. A key bug is planted in the keys module for the run.
+    A layer a bug cannot reach (a key layer for a pool bug) is not run: it reports nothing,
+    and :data:`CLIENT_NOT_APPLICABLE` says why. A key bug is planted in the keys module for the run.
 
     Runtime complexity: one run of the layer
     """
-    if (layer, bug) in MISSES:
+    if (layer, bug) in CLIENT_NOT_APPLICABLE:
         return False
     planted_bug = CLIENT_CATALOGUE[bug]
-    with planted(planted_bug.keys_bug):
+    with planted(planted_bug.keys_bug), fixed_draws():
         return _CLIENT_RUNNERS[layer](planted_bug)
 
 
@@ -425,8 +469,8 @@ def compute_client() -> dict[tuple[str, str], bool]:
     return dict(_client_matrix())
 
 
-def prove_column() -> dict[str, bool]:
-    """The proof column: for each bug of a proved operation, whether z3 refutes it.
+def prove(bugs: Iterable[tuple[str, str, type[FreeBlockQueue[Any]]]]) -> dict[str, bool]:
+    """The proof column for ``bugs`` (name, method, class), each of a proved operation.
 
     Caught when an obligation gets a counterexample, or, where z3 runs out of time or a loop
     invariant fails to hold, when the bounded search (queues of up to 3 blocks, loops run
@@ -437,28 +481,24 @@ def prove_column() -> dict[str, bool]:
     """
     proof = importlib.import_module("specs.proof")
     column: dict[str, bool] = {}
-    for name, bug in CATALOGUE.items():
-        operation = bug.operation
-        if operation not in PROVED_OPERATIONS:
-            column[name] = False
-            continue
+    for name, operation, queue_type in bugs:
         invariants = dict(proof.LOOP_INVARIANTS)
         production = invariants.get((f"FreeBlockQueue.{operation}", 0))
         if production is not None:
-            invariants[f"{bug.queue_type.__name__}.{operation}", 0] = production
+            invariants[f"{queue_type.__name__}.{operation}", 0] = production
         for helper in ("_unlink_run_next_only", "_unlink_run_without_rejoin"):
             invariants[helper, 0] = proof.walk_back("before_run")
         try:
             results = proof.prove(
                 [operation],
-                bug.queue_type,
+                queue_type,
                 stop_at_first_failure=True,
                 timeout_ms=2_000,
                 loop_invariants=invariants,
             )
             found = results[-1].verdict == "counterexample" or (
                 results[-1].verdict != "proved"
-                and proof.find_counterexample(operation, bug.queue_type) is not None
+                and proof.find_counterexample(operation, queue_type) is not None
             )
             print(f"{name}: {results[-1].verdict}: {results[-1].name}", file=sys.stderr)
         except proof.Unsupported as error:
@@ -466,10 +506,6 @@ def prove_column() -> dict[str, bool]:
             found = False
         column[name] = found
     return column
-
-
-def _mark(value: bool) -> str:
-    return "caught" if value else "**missed**"
 
 
 def render(
@@ -483,10 +519,7 @@ def render(
     """
     if client is None:
         client = compute_client()
-    matrix = dict(cheap)
-    for layer, (_when, column) in RECORDED.items():
-        for name in CATALOGUE:
-            matrix[layer, name] = column.get(name, False)
+    matrix = cells(cheap, RECORDED, NOT_APPLICABLE, CATALOGUE, LAYERS)
     lines = [
         "# Planted bugs by layer",
         "",
@@ -496,12 +529,16 @@ def render(
         f"`specs/planted_bugs/` plants {len(CATALOGUE)} realistic single-point bugs, each a "
         "subclass of `FreeBlockQueue` whose one overridden method copies the production method "
         "with one defect (`tests/verification/test_planted_bugs.py` pins each bug's symptom, "
-        "and that it "
-        "shows no other bug's). This page runs every bug against every verification layer of "
-        "[Verification](verification.md). The cheap columns are recomputed by the default test "
-        "run at small sizes: the exhaustive check over 3 blocks with batches up to 2; the "
-        "three Hypothesis machines with 100 examples of up to 30 steps, derandomized; the "
-        "contracts evaluated on their whole domains; the self-check with 2,000 operations.",
+        "and that it shows no other bug's). This page runs every bug against every "
+        "verification layer of [Verification](verification.md): the queue's layers, and the "
+        "checkers' layers of [the checker matrix](checker-bug-matrix.md) (damage, "
+        "cross-check), which run check mode over the bug's class. The cheap columns are "
+        "recomputed by the default test run at small sizes: the exhaustive check, the damage "
+        "layer and the cross-check over 3 blocks (the exhaustive check with batches up to 2); "
+        f"the five Hypothesis machines with {MACHINE_EXAMPLES} examples of up to "
+        f"{MACHINE_STEPS} steps, derandomized; the contracts evaluated on their whole domains; "
+        "the self-check with 2,000 operations. A bug's count is the layers that caught it of "
+        "those that ran on it; `n/a` is a layer that cannot reach the bug at all.",
         "",
         "| Kind | Bugs | What goes wrong |",
         "| --- | --- | --- |",
@@ -510,33 +547,13 @@ def render(
         count = sum(1 for bug in CATALOGUE.values() if bug.kind == kind)
         lines.append(f"| {kind} | {count} | {meaning} |")
     lines += ["", "## The matrix", ""]
-    lines.append("| Bug | Kind | Method | " + " | ".join(LAYERS) + " | Caught by |")
-    lines.append("| --- | --- | --- |" + " --- |" * len(LAYERS) + " --- |")
-    for name, bug in CATALOGUE.items():
-        row = [_mark(matrix[layer, name]) for layer in LAYERS]
-        total = sum(matrix[layer, name] for layer in LAYERS)
-        lines.append(
-            f"| `{name}` | {bug.kind} | `{bug.operation}` | "
-            + " | ".join(row)
-            + f" | {total} of {len(LAYERS)} |"
-        )
-    totals = [sum(matrix[layer, name] for name in CATALOGUE) for layer in LAYERS]
-    lines.append(
-        "| **caught** | | | " + " | ".join(f"{total}/{len(CATALOGUE)}" for total in totals) + " | |"
-    )
+    rows = {name: [bug.kind, f"`{bug.operation}`"] for name, bug in CATALOGUE.items()}
+    lines += render_table(["Bug", "Kind", "Method"], rows, LAYERS, matrix)
     lines += ["", "## Recorded columns", ""]
     for layer, (when, _column) in RECORDED.items():
         lines.append(f"- `{layer}`: {when}.")
     lines += ["", "## What each layer misses, and why", ""]
-    for layer in LAYERS:
-        missed = [name for name in CATALOGUE if not matrix[layer, name]]
-        lines.append(f"### {layer}")
-        lines.append("")
-        if not missed:
-            lines.append("Misses nothing.")
-        for name in missed:
-            lines.append(f"- `{name}`: {MISSES.get((layer, name), 'NOT EXPLAINED')}.")
-        lines.append("")
+    lines += render_explanations(list(CATALOGUE), LAYERS, matrix, {**MISSES, **NOT_APPLICABLE})
     lines += _render_client(client)
     return "\n".join(lines)
 
@@ -552,12 +569,13 @@ def _render_client(client: dict[tuple[str, str], bool]) -> list[str]:
         "keys module so copied and put in the module for the run. The queue's layers above "
         "never call the pool or the keys; these columns are the layers that do, all "
         "recomputed by the default test run: the pool against its model "
-        "(`tests/kvcache/test_pool_machine.py`: the Hypothesis machine with 100 examples of "
-        "up to 30 steps, caching on and off, and every sequence of up to 3 steps from two "
-        "starting states), the pool's calls against their contracts "
-        "(`specs/pool_contracts.py`, 200 random engines of 30 steps) and the keys against "
-        "their meanings (`tests/kvcache/test_key_layer.py`: the properties and the "
-        "enumeration).",
+        "(`tests/kvcache/test_pool_machine.py`: the Hypothesis machine with "
+        f"{POOL_MACHINE_EXAMPLES} examples of up to {POOL_MACHINE_STEPS} steps, caching on and "
+        "off, and "
+        "every sequence of up to 3 steps from two starting states), the pool's calls against "
+        "their contracts (`specs/pool_contracts.py`, 200 random engines of 30 steps) and the "
+        "keys against their meanings (`tests/kvcache/test_key_layer.py`: the properties and "
+        "the enumeration). A key layer never calls the pool, so it cannot reach a pool bug.",
         "",
         "| Kind | Bugs | What goes wrong |",
         "| --- | --- | --- |",
@@ -565,36 +583,13 @@ def _render_client(client: dict[tuple[str, str], bool]) -> list[str]:
     for kind, meaning in CLIENT_KINDS.items():
         count = sum(1 for bug in CLIENT_CATALOGUE.values() if bug.kind == kind)
         lines.append(f"| {kind} | {count} | {meaning} |")
-    lines += ["", "| Bug | Kind | Function | " + " | ".join(CLIENT_LAYERS) + " | Caught by |"]
-    lines.append("| --- | --- | --- |" + " --- |" * len(CLIENT_LAYERS) + " --- |")
-    for name, bug in CLIENT_CATALOGUE.items():
-        row = [_mark(client[layer, name]) for layer in CLIENT_LAYERS]
-        total = sum(client[layer, name] for layer in CLIENT_LAYERS)
-        lines.append(
-            f"| `{name}` | {bug.kind} | `{bug.operation}` | "
-            + " | ".join(row)
-            + f" | {total} of {len(CLIENT_LAYERS)} |"
-        )
-    totals = [sum(client[layer, name] for name in CLIENT_CATALOGUE) for layer in CLIENT_LAYERS]
-    lines.append(
-        "| **caught** | | | "
-        + " | ".join(f"{total}/{len(CLIENT_CATALOGUE)}" for total in totals)
-        + " | |"
-    )
-    lines += ["", "### What the pool and key layers miss, and why", ""]
-    for layer in CLIENT_LAYERS:
-        missed = [name for name in CLIENT_CATALOGUE if not client[layer, name]]
-        if missed:
-            lines.append(
-                f"- {layer}: "
-                + ", ".join(f"`{name}`" for name in missed)
-                + ": "
-                + "; ".join(sorted({MISSES.get((layer, name), "NOT EXPLAINED") for name in missed}))
-                + "."
-            )
-        else:
-            lines.append(f"- {layer}: misses nothing.")
     lines.append("")
+    matrix = cells(client, {}, CLIENT_NOT_APPLICABLE, CLIENT_CATALOGUE, CLIENT_LAYERS)
+    rows = {name: [bug.kind, f"`{bug.operation}`"] for name, bug in CLIENT_CATALOGUE.items()}
+    lines += render_table(["Bug", "Kind", "Function"], rows, CLIENT_LAYERS, matrix)
+    lines += ["", "### What the pool and key layers miss, and why", ""]
+    reasons = {**MISSES, **CLIENT_NOT_APPLICABLE}
+    lines += render_explanations(list(CLIENT_CATALOGUE), CLIENT_LAYERS, matrix, reasons, "####")
     return lines
 
 
@@ -605,7 +600,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--proof", action="store_true", help="recompute the proof column")
     args = parser.parse_args(argv)
     if args.proof:
-        for name, found in prove_column().items():
+        proved = [(name, bug.operation, bug.queue_type) for name, bug in CATALOGUE.items()]
+        column = prove(item for item in proved if item[1] in PROVED_OPERATIONS)
+        for name, found in column.items():
             print(f"    {name!r}: {found},")
         return 0
     page = render(compute(), compute_client())

@@ -14,8 +14,9 @@ all of them can be imported from this package;
 :data:`PLANTED_BUGS` maps the same short names to the classes alone, and
 ``VERIFIED_QUEUE_SPEC_TARGET`` in :mod:`specs.contracts` takes them too. Every verification
 layer is run against every bug (:mod:`specs.bug_matrix`, published in
-``docs/bug-matrix.md``); a layer that cannot see a bug says why in
-:data:`specs.bug_matrix.MISSES`, and every bug is caught by at least three layers.
+``docs/bug-matrix.md``); a layer that misses a bug says why in
+:data:`specs.bug_matrix.MISSES`, one that cannot reach it in
+:data:`specs.bug_matrix.NOT_APPLICABLE`, and every bug is caught by at least three layers.
 """
 
 from __future__ import annotations

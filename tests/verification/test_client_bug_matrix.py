@@ -43,8 +43,9 @@ def test_every_client_bug_is_caught_by_three_layers(client: Matrix) -> None:
 
 
 def test_every_client_miss_is_explained(client: Matrix) -> None:
-    """A client layer misses exactly the bugs MISSES gives it a reason for."""
-    missed = {key for key, found in client.items() if not found}
+    """A client layer misses exactly the bugs MISSES gives it a reason for, of those it reaches."""
+    out_of_reach = set(bug_matrix.CLIENT_NOT_APPLICABLE)
+    missed = {key for key, found in client.items() if not found and key not in out_of_reach}
     explained = {key for key in bug_matrix.MISSES if key[0] in bug_matrix.CLIENT_LAYERS}
     assert missed == explained, (sorted(missed - explained), sorted(explained - missed))
 
