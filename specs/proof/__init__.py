@@ -51,7 +51,8 @@ how the translator works, not a limit of z3):
   reaches (``popleft_n``'s handlers and ``_relink_taken``, the batch methods' two outer
   handlers' ``_finish_unstage``) are never entered, hence never translated; and the raise of
   ``popleft_n``'s second count test, which guards against a finalizer run by a garbage
-  collection that ``[None] * count`` sets off, is on a path z3 finds infeasible; no finalizer re-enters the queue;
+  collection that ``[None] * count`` sets off, is on a path z3 finds infeasible; and no
+  finalizer re-enters the queue;
 * arguments of other types: a block is a block (a node other than ``None``), a count an exact
   ``int`` (``type(n) is int``), a batch an exact ``list`` of blocks; the ``WrongTypeError``
   paths (``count_argument``, ``batch_argument``, ``not_a_block``) are not covered;
