@@ -82,7 +82,6 @@ _NO_BASE = (
 _NO_COPIES = "it never copies or pickles a queue, let alone a user's subclass"
 _NO_MUTATING_WALK = "it drains every walk at once: nothing changes the queue while a walk stands"
 _INTS_ONLY = "it passes counts of type int only"
-_TYPES_ONLY = "it compares the type of each refusal, not its message"
 _CHECK_MODE_REDUNDANT = (
     "the operation after the damage reports it by check mode's own O(1) checks of the links it "
     "touches, and its periodic full check walks the chain in one pass of its own, neither "
@@ -192,7 +191,6 @@ MISSES["queue machine", "contains_stops_before_last"] = (
     "never drawn"
 )
 MISSES["self-check", "contains_stops_before_last"] = "it asks `in` of the sentinels only"
-MISSES["self-check", "remove_names_wrong_operation"] = _TYPES_ONLY
 MISSES["check mode", "popleft_n_accepts_bool"] = _OWN_COUNT
 MISSES["check mode", "popleft_n_refuses_indexables"] = _OWN_COUNT
 MISSES["check mode", "reduce_loses_subclass"] = _OWN_REDUCE
