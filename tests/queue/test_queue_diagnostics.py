@@ -129,6 +129,19 @@ class RefusingLinks:
             "remove(NumberedBlock(3)): it is not linked in a queue",
         ),
     ],
+    # Named, not numbered by their messages: three messages hold an address, and test ids
+    # must be the same in every process (pytest-xdist collects them once per worker).
+    ids=[
+        "lost-head-link",
+        "lost-tail-link",
+        "not-a-block-class",
+        "not-a-block-value",
+        "changed-during-iteration",
+        "sentinel-appended",
+        "sentinel-removed",
+        "foreign-sentinel-iterated",
+        "not-linked",
+    ],
 )
 def test_each_message_builder_word_for_word(build: Callable[[], Exception], message: str) -> None:
     """Every error builder names the operation, the value and the reason in one fixed text."""
