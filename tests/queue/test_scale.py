@@ -71,9 +71,13 @@ def allocated_bytes(operation: Callable[[], object], repeat: int) -> int:
         tracemalloc.stop()
     finally:
         gc.enable()
-    # Everything this process allocated, except tracemalloc's own bookkeeping: a compiled
-    # queue has no Python frames, so its allocations could not be told apart by file.
-    ignore_tracer = [tracemalloc.Filter(inclusive=False, filename_pattern=tracemalloc.__file__)]
+    # Everything this process allocated, except tracemalloc's own bookkeeping and the
+    # messages a pytest-xdist worker's channel thread receives meanwhile: a compiled queue
+    # has no Python frames, so its allocations could not be told apart by file.
+    ignore_tracer = [
+        tracemalloc.Filter(inclusive=False, filename_pattern=tracemalloc.__file__),
+        tracemalloc.Filter(inclusive=False, filename_pattern="*/execnet/*"),
+    ]
     stats = after.filter_traces(ignore_tracer).compare_to(
         before.filter_traces(ignore_tracer), "filename"
     )
@@ -82,10 +86,15 @@ def allocated_bytes(operation: Callable[[], object], repeat: int) -> int:
 
 @pytest.mark.production_only  # check mode keeps a membership dict by design
 def test_popleft_append_remove_allocate_nothing() -> None:
-    """popleft, append and remove leave no memory allocated."""
-    blocks = numbered(2_000)
+    """popleft, append and remove keep no memory per call.
+
+    The bound is under one byte per call, not zero: Python 3.10 keeps one frame per function
+    and may reallocate it once during the loop (430 bytes once, seen when this test runs
+    alone), while one object kept per call would be at least 16 bytes a call.
+    """
+    blocks = numbered(20_000)
     queue = FreeBlockQueue(blocks)
-    middle = iter(blocks[500:1_600])
+    middle = iter(blocks[5_000:16_000])
 
     def popleft_then_append() -> None:
         queue.append(queue.popleft())
@@ -95,12 +104,12 @@ def test_popleft_append_remove_allocate_nothing() -> None:
         queue.remove(block)
         queue.append(block)
 
-    assert allocated_bytes(popleft_then_append, 1_000) == 0
-    assert allocated_bytes(remove_then_append, 1_000) == 0
+    assert allocated_bytes(popleft_then_append, 10_000) < 10_000
+    assert allocated_bytes(remove_then_append, 10_000) < 10_000
 
 
 def test_allocation_probe_sees_a_leak() -> None:
-    """The allocation probe sees memory a queue call keeps, so its zero above means something."""
+    """The allocation probe sees memory a queue call keeps, so its bound above means something."""
     queue = FreeBlockQueue(numbered(10))
     kept: list[object] = []
-    assert allocated_bytes(lambda: kept.append(queue.get_all_free_blocks()), 100) > 0
+    assert allocated_bytes(lambda: kept.append(queue.get_all_free_blocks()), 10_000) >= 10_000
