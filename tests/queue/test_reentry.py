@@ -10,6 +10,7 @@ the queue must be sound and every block outside it detached.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -23,10 +24,15 @@ from verified_queue.invariants import check_invariants
 
 @contextmanager
 def collecting_at_every_allocation(callback: Callable[[], None]) -> Iterator[None]:
-    """Run the collector at every tracked allocation, calling ``callback`` as each starts."""
+    """Run the collector at every tracked allocation, calling ``callback`` as each starts.
+
+    Only collections in this thread count: another thread's (a pytest-xdist worker's channel
+    thread, say) would re-enter the queue concurrently, which it does not promise to survive.
+    """
+    thread = threading.get_ident()
 
     def on_collection(phase: str, _info: dict[str, Any]) -> None:
-        if phase == "start":
+        if phase == "start" and threading.get_ident() == thread:
             callback()
 
     threshold = gc.get_threshold()
