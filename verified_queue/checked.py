@@ -98,8 +98,11 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     # keeps its id unique, so ``id(node) in _members`` alone proves ``node`` is a member
     # (see "Membership" in the module docstring).
     _members: dict[int, B]
-    # Operations left until the next periodic full check.
-    _until_full_check: int
+    # Operations left until the next periodic full check, in a one-element list that every
+    # operation updates in place: on the compiled build an attribute assignment from check
+    # mode goes through the queue's interpreted __setattr__ (verified_queue/_slotted.py),
+    # which cost more than a third of a checked popleft + append there.
+    _until_full_check: list[int]
     _full_check_every: int | None
 
     # The linking methods super() reaches from this class; __init_subclass__ re-resolves
@@ -155,7 +158,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         self.full_check_every = (
             DEFAULT_FULL_CHECK_EVERY if full_check_every is None else full_check_every
         )
-        self._until_full_check = self._next_period()
+        self._until_full_check = [self._next_period()]
         super().__init__(blocks)
 
     @property
@@ -197,7 +200,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     def _period_over(self) -> None:
         """The countdown ran out: run the full check, or rewind if the periodic check is off."""
         if self.full_check_every == 0:
-            self._until_full_check = _NEVER
+            self._until_full_check[0] = _NEVER
         else:
             self.full_check()
 
@@ -221,7 +224,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         if not self._chain_is_membership():
             self._diagnose_full_check()
             raise _diagnosis.unexplained("the full check")
-        self._until_full_check = self._next_period()
+        self._until_full_check[0] = self._next_period()
 
     def _chain_is_membership(self) -> bool:
         """Whether the queue is sound and its chain is exactly its membership: one walk.
@@ -355,8 +358,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of iter_blocks_after()")
-            countdown = self._until_full_check - 1
-            self._until_full_check = countdown
+            until = self._until_full_check
+            countdown = until[0] - 1
+            until[0] = countdown
             if countdown <= 0:
                 self._period_over()
             if cursor is None or cursor is self.fake_free_list_head:
@@ -435,8 +439,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of popleft()")
-            countdown = self._until_full_check - 1
-            self._until_full_check = countdown
+            until = self._until_full_check
+            countdown = until[0] - 1
+            until[0] = countdown
             if countdown <= 0:
                 self._period_over()
             # The inline form of _front_is_sound(1), or of _front_is_sound(0) when empty: the
@@ -512,8 +517,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of popleft_n()")
-            countdown = self._until_full_check - 1
-            self._until_full_check = countdown
+            until = self._until_full_check
+            countdown = until[0] - 1
+            until[0] = countdown
             if countdown <= 0:
                 self._period_over()
             # Out of range, the production queue refuses the count itself.
@@ -548,8 +554,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of remove()")
-            countdown = self._until_full_check - 1
-            self._until_full_check = countdown
+            until = self._until_full_check
+            countdown = until[0] - 1
+            until[0] = countdown
             if countdown <= 0:
                 self._period_over()
             block_id = id(block)
@@ -601,8 +608,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of append()")
-            countdown = self._until_full_check - 1
-            self._until_full_check = countdown
+            until = self._until_full_check
+            countdown = until[0] - 1
+            until[0] = countdown
             if countdown <= 0:
                 self._period_over()
             block_id = id(block)
@@ -656,8 +664,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of append_n()")
-            countdown = self._until_full_check - 1
-            self._until_full_check = countdown
+            until = self._until_full_check
+            countdown = until[0] - 1
+            until[0] = countdown
             if countdown <= 0:
                 self._period_over()
             if not members.keys().isdisjoint(map(id, batch)):
@@ -699,8 +708,9 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
                 _diagnosis.expect_count(self, "the start of prepend_n()")
-            countdown = self._until_full_check - 1
-            self._until_full_check = countdown
+            until = self._until_full_check
+            countdown = until[0] - 1
+            until[0] = countdown
             if countdown <= 0:
                 self._period_over()
             if not members.keys().isdisjoint(map(id, batch)):

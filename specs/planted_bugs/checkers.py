@@ -166,7 +166,7 @@ def full_check_skips_membership(self: CheckedFreeBlockQueue[Any]) -> None:
     invariants.check_invariants(self)
     if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(self._members):
         _diagnosis.expect_count(self, "the full check")
-    self._until_full_check = self._next_period()  # should walk the chain against _members
+    self._until_full_check[0] = self._next_period()  # should walk the chain against _members
 
 
 def full_check_counts_by_value(self: CheckedFreeBlockQueue[Any]) -> None:
@@ -189,7 +189,7 @@ def full_check_counts_by_value(self: CheckedFreeBlockQueue[Any]) -> None:
             )
         block = block.next_free_block  # type: ignore[union-attr]
         position += 1
-    self._until_full_check = self._next_period()
+    self._until_full_check[0] = self._next_period()
 
 
 def checked_contains_by_value(self: CheckedFreeBlockQueue[Any], block: object) -> bool:

@@ -179,11 +179,11 @@ def test_period_zero_never_runs_full_check() -> None:
     queue = CountingQueue([Block() for _ in range(10)], full_check_every=0)
     for _ in range(2 * MIN_FULL_CHECK_PERIOD):
         queue.append(queue.popleft())
-    queue._until_full_check = 1  # the countdown runs out at the next operation
+    queue._until_full_check[0] = 1  # the countdown runs out at the next operation
     for _ in range(3):
         queue.append(queue.popleft())
     assert queue.full_checks == 0
-    assert queue._until_full_check > MIN_FULL_CHECK_PERIOD  # rewound, not acted on
+    assert queue._until_full_check[0] > MIN_FULL_CHECK_PERIOD  # rewound, not acted on
 
 
 def test_period_zero_keeps_o1_checks() -> None:

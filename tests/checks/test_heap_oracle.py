@@ -506,7 +506,7 @@ class Heap:
             queue.fake_free_list_tail = self.tail
             queue._members = {id(self.blocks[i]): self.blocks[i] for i in self.members}
             queue.full_check_every = 0  # the period is never reached: full_check runs by hand
-            queue._until_full_check = 0
+            queue._until_full_check = [0]
             self.queue = queue
         # Values a link can take besides the blocks: the interchangeable blocks come last.
         self.foreign = LazySentinel("head")  # another queue's; its links are the heap's too
