@@ -261,6 +261,34 @@ UNEXPLAINED = (
 )
 
 
+def test_full_check_whose_diagnosis_finds_nothing_reports_itself() -> None:
+    """A full check whose one walk fails while its diagnosis names nothing says so, by name."""
+    cls: type[Any] = type(
+        "Disagreeing",
+        (CheckedFreeBlockQueue,),
+        {"__slots__": (), "_chain_is_membership": lambda _self: False},
+    )
+    queue = cls([Block() for _ in range(2)], full_check_every=0)
+    with pytest.raises(InvariantViolation) as caught:
+        queue.full_check()
+    assert parts(caught.value) == ("I1", "the full check", *UNEXPLAINED[2:])
+
+
+@pytest.mark.parametrize("method", ["append_n", "prepend_n"])
+def test_a_bad_batch_the_base_class_links_is_reported(method: str) -> None:
+    """Should the linking code ever take a batch holding a non-block, check mode names the call."""
+    cls: type[Any] = type("Lenient", (CheckedFreeBlockQueue,), {"__slots__": ()})
+    blocks = [Block()]
+    queue = cls(blocks, full_check_every=0)
+    # Set once the queue is built (its __init__ links with append_n), and after the class
+    # exists: __init_subclass__ binds the _super_* methods itself.
+    setattr(cls, f"_super_{method}", lambda _self, _batch: None)
+    with pytest.raises(InvariantViolation) as caught:
+        getattr(queue, method)([Block(), None])
+    assert parts(caught.value) == ("I1", f"{method}()", *UNEXPLAINED[2:])
+    assert queue.get_all_free_blocks() == blocks
+
+
 @pytest.mark.parametrize("size", [0, 1, 3])
 def test_front_diagnosis_raises_when_sound(size: int) -> None:
     """check_front, called only once an inline test failed, reports a sound queue unexplained."""

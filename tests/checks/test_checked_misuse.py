@@ -22,6 +22,7 @@ from verified_queue import (
     CheckedFreeBlockQueue,
     InvariantViolation,
     NotInQueueError,
+    WrongTypeError,
 )
 from verified_queue.invariants import (
     COUNT_CONSISTENCY,
@@ -319,3 +320,17 @@ def test_non_block_gets_production_error(argument: object) -> None:
         production, check_mode = errors
         assert type(check_mode) is type(production)
         assert str(check_mode) == str(production)
+
+
+@pytest.mark.parametrize("method", ["append_n", "prepend_n"])
+def test_a_batch_that_is_not_iterable_gets_the_production_refusal(method: str) -> None:
+    """A batch that is not iterable is refused word for word as the production queue refuses it."""
+    blocks = [Block()]
+    queue = CheckedFreeBlockQueue(blocks, full_check_every=0)
+    with pytest.raises(WrongTypeError) as caught:
+        getattr(queue, method)(7)
+    assert str(caught.value) == f"{method}(7): expected an iterable of blocks, got int"
+    with pytest.raises(WrongTypeError) as production:
+        getattr(FreeBlockQueue([Block()]), method)(7)
+    assert str(production.value) == str(caught.value)
+    assert queue.get_all_free_blocks() == blocks
