@@ -112,6 +112,27 @@ def test_deleted_tail_parts_named_unset() -> None:
         ), name
 
 
+@pytest.mark.parametrize(
+    ("end", "link"), [("head", "prev_free_block"), ("tail", "next_free_block")]
+)
+def test_deleted_outer_link_named_unset(end: str, link: str) -> None:
+    """A deleted outer slot of a sentinel reads as an unset slot, not as an AttributeError."""
+    queue = FreeBlockQueue([Block()])
+    sentinel = queue.fake_free_list_head if end == "head" else queue.fake_free_list_tail
+    _damage(delattr, sentinel, link)
+    for name in ("check_invariants", "check_sentinel_linkage"):
+        assert violation_of(CHECKERS[name], queue) == (
+            SENTINEL_LINKAGE,
+            (
+                "I1",
+                f"the {end} sentinel",
+                f"{link} of this queue's {sentinel!r}",
+                "None",
+                "an unset link slot",
+            ),
+        ), name
+
+
 class _IndexLike:
     """A numpy-like count: an integer through ``__index__``, but not an ``int``."""
 

@@ -154,6 +154,58 @@ def test_a_lost_inner_link_names_the_sentinel_linkage_family() -> None:
         error = messages.lost_inner_link("popleft", sentinel)
         assert isinstance(error, InvariantViolation)
         assert error.invariant == "sentinel_linkage"
+        assert error.clause == "I1"
+
+
+class HostileProxy:
+    """A value whose ``__class__`` and every other attribute lookup raise ``KeyError``."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "__repr__":
+            return object.__getattribute__(self, name)
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        return "HostileProxy()"
+
+
+def test_builders_take_a_hostile_value_for_what_it_is() -> None:
+    """A value whose lookups raise is no sentinel and has no links, and building never raises."""
+    assert str(messages.already_linked("append", HostileProxy())) == (
+        "append(HostileProxy()): it is already linked in a queue (a double free?)"
+    )
+    assert str(messages.not_a_block("remove", HostileProxy())) == (
+        f"remove(HostileProxy()): {EXPECTED_A_BLOCK} HostileProxy"
+    )
+    # A batch's walk back that meets something without links stops there.
+    block = NumberedBlock(1)
+    assert str(messages.already_linked("append_n", block, 7, None)) == (
+        "append_n(NumberedBlock(1)): it is already linked in a queue (a double free?)"
+    )
+
+
+def test_a_block_is_linkable_even_with_a_link_slot_deleted() -> None:
+    """can_link asks the type first: a Block is linkable whatever outside code did to its slots."""
+    block = Block()
+    try:
+        del block.prev_free_block
+    except (AttributeError, TypeError):
+        pytest.skip("this build's Block refuses to delete a link")
+    assert messages.can_link(block)
+
+
+def test_a_block_already_in_this_queue_is_a_double_free_in_a_batch_too() -> None:
+    """A batch naming a block this very queue holds calls it a double free, not a repeat."""
+    blocks = numbered(3)
+    queue = FreeBlockQueue(blocks[:2])
+    for operation in ("append_n", "prepend_n"):
+        for batch in ([blocks[0]], [blocks[2], blocks[1]]):
+            with pytest.raises(AlreadyInQueueError) as caught:
+                getattr(queue, operation)(batch)
+            assert str(caught.value) == (
+                f"{operation}({batch[-1]!r}): it is already linked in a queue (a double free?)"
+            )
+    assert queue.get_all_free_blocks() == blocks[:2]
 
 
 # ----------------------------------------------------------- through the operations
