@@ -43,14 +43,18 @@ POST_CHANGE = "post-change vLLM"
 
 @dataclass(slots=True)
 class BenchBlock(Block):
-    """A user's block type: vLLM's ``KVCacheBlock`` fields on top of :class:`Block`.
+    """A user's block type: vLLM 0.34.0's ``KVCacheBlock`` fields on top of :class:`Block`.
 
+    The same fields make the same object size, so the memory row compares the
+    layouts and the timed rows touch as many cache lines per block as vLLM's.
     It keeps the generated ``__eq__`` on purpose: the queue never calls it.
     """
 
     block_id: int
     ref_cnt: int = 0
+    pool: object = None  # vLLM: a weak reference to the owning block pool
     block_hash: int | None = None
+    block_hash_num_tokens: int | None = None
     is_null: bool = False
 
 

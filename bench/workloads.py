@@ -38,7 +38,9 @@ from verified_queue.block import Block
 
 __all__ = [
     "APPEND",
+    "BLOCK_WITH_VLLM_FIELDS",
     "POPLEFT",
+    "RELEASE_BLOCK",
     "REMOVE",
     "Settings",
     "WorkloadResult",
@@ -52,6 +54,10 @@ __all__ = [
     "time_prepend",
     "time_single",
 ]
+
+#: The memory rows that the block-size target compares: ours, then vLLM's own.
+BLOCK_WITH_VLLM_FIELDS = f"Block subclass with {VLLM_RELEASE}'s fields (slotted dataclass)"
+RELEASE_BLOCK = f"{VLLM_RELEASE}'s KVCacheBlock (slotted dataclass)"
 
 # Operation codes of the mixed stream.
 POPLEFT, REMOVE, APPEND = 0, 1, 2
@@ -314,13 +320,13 @@ def block_memory(count: int = 100_000) -> dict[str, float]:
     ids = list(range(count))
     kinds: dict[str, Callable[[int], Any]] = {
         "Block (links only)": lambda _id: Block(),
-        "Block subclass with vLLM's fields (slotted dataclass)": BenchBlock,
+        BLOCK_WITH_VLLM_FIELDS: BenchBlock,
         "vLLM-like slotted dataclass": PostChangeBlock,
         "pre-change @dataclass (instance __dict__)": PreChangeBlock,
     }
     release = vllm_release_subject()
     if release is not None:
-        kinds[f"{VLLM_RELEASE}'s KVCacheBlock (slotted dataclass)"] = release.new_block
+        kinds[RELEASE_BLOCK] = release.new_block
     sizes: dict[str, float] = {}
     for label, make in kinds.items():
         blocks: list[Any] = [None] * count

@@ -1,15 +1,21 @@
-"""The benchmark's report: when it calls a run noisy, and the ratios its plot draws."""
+"""The benchmark's report: when it calls a run noisy, and how it judges the targets."""
 
 from __future__ import annotations
 
+import pytest
+
+import verified_queue
 from bench.noise import MAX_SPREAD, Load, noise_warnings, spread
-from bench.workloads import WorkloadResult
+from bench.run import targets
+from bench.workloads import BLOCK_WITH_VLLM_FIELDS, RELEASE_BLOCK, WorkloadResult
 
 REFERENCE = "vLLM 0.34.0"
+OURS = "ours"
+CHECKED = "check mode, default period"
 
 
-def _result(samples: dict[str, dict[int, list[float]]]) -> WorkloadResult:
-    result = WorkloadResult("batch", "µs per step")
+def _result(samples: dict[str, dict[int, list[float]]], workload: str = "batch") -> WorkloadResult:
+    result = WorkloadResult(workload, "µs per step")
     for name, by_n in samples.items():
         for n, values in by_n.items():
             for value in values:
@@ -46,3 +52,47 @@ def test_the_spread_of_another_row_does_not_count() -> None:
     """Only the reference row's spread decides: a noisy row of ours is a result, not noise."""
     wide_ours = _result({REFERENCE: {10: [1.0] * 5}, "ours": {10: [1.0, 5.0, 1.0, 1.0, 1.0]}})
     assert noise_warnings(Load(1.0, 1.0, 2), [wide_ours], REFERENCE) == []
+
+
+def _verdicts(rows: list[tuple[str, str, bool]], word: str) -> list[tuple[str, bool]]:
+    """The measured text and verdict of each target row whose goal mentions ``word``."""
+    return [(measured, met) for goal, measured, met in rows if word in goal]
+
+
+def test_the_production_target_is_judged_at_its_worst_n() -> None:
+    """One n over 1.00x fails the production target, and the row names that workload and n."""
+    single = _result(
+        {REFERENCE: {10: [1.0] * 5, 100: [1.0] * 5}, OURS: {10: [0.9] * 5, 100: [1.2] * 5}},
+        "single",
+    )
+    rows = targets([single], OURS, REFERENCE)
+    assert _verdicts(rows, "at most 1.00x") == [("worst 1.20x (single, n=100)", False)]
+
+
+def test_the_check_mode_budgets_are_two_for_single_and_three_for_batches() -> None:
+    """Check mode at 2.5x the production queue passes the batch budget and fails the single one."""
+    samples = {REFERENCE: {10: [1.0] * 5}, OURS: {10: [1.0] * 5}, CHECKED: {10: [2.5] * 5}}
+    rows = targets([_result(samples, "single"), _result(samples, "batch")], OURS, REFERENCE)
+    assert _verdicts(rows, "single, every n") == [("worst 2.50x (single, n=10)", False)]
+    assert _verdicts(rows, "batch, every n") == [("worst 2.50x (batch, n=10)", True)]
+
+
+def test_the_memory_target_compares_the_two_blocks() -> None:
+    """A block with vLLM's fields larger than vLLM's own fails the memory target, naming both."""
+    rows = targets([], OURS, REFERENCE, {BLOCK_WITH_VLLM_FIELDS: 112.0, RELEASE_BLOCK: 96.0})
+    assert _verdicts(rows, "no larger") == [("112 against 96 bytes", False)]
+    rows = targets([], OURS, REFERENCE, {BLOCK_WITH_VLLM_FIELDS: 96.0, RELEASE_BLOCK: 96.0})
+    assert _verdicts(rows, "no larger") == [("96 against 96 bytes", True)]
+
+
+def test_the_compiled_speedups_are_judged_at_the_slowest_n(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled, single must be 3x faster at every n: 4x at one n and 2.5x at another fail."""
+    monkeypatch.setattr(verified_queue, "COMPILED", True)
+    single = _result(
+        {REFERENCE: {10: [1.0] * 5, 100: [1.0] * 5}, OURS: {10: [0.25] * 5, 100: [0.4] * 5}},
+        "single",
+    )
+    rows = targets([single], OURS, REFERENCE)
+    assert _verdicts(rows, "3x faster") == [("slowest 2.50x faster (single, n=100)", False)]
+    monkeypatch.setattr(verified_queue, "COMPILED", False)
+    assert _verdicts(targets([single], OURS, REFERENCE), "3x faster") == []
