@@ -5,12 +5,16 @@ work shifts every implementation alike only on average: a burst of other work
 during one sample moves that sample alone. A run is called noisy when the load
 average says other processes wanted the cores (more runnable processes than the
 cores left to them, besides the benchmark itself), or when the repetitions of
-the reference row spread widely (their range over their median).
+the reference row spread widely: their interquartile range over their median.
+Not their full range: one repetition that a page fault or a timer tick slowed
+is in every run, on a quiet machine too, and the median already ignores it;
+the middle half of the repetitions moves only when the machine's speed did.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import dataclass
 
 from bench.workloads import WorkloadResult
@@ -19,8 +23,9 @@ __all__ = ["MAX_OTHER_LOAD", "MAX_SPREAD", "Load", "noise_warnings", "read_load"
 
 #: Runnable processes besides the benchmark, per free core, above which a run is noisy.
 MAX_OTHER_LOAD = 0.5
-#: Range of the reference row's repetitions over their median above which a run is noisy.
-MAX_SPREAD = 0.15
+#: Interquartile range of the reference row's repetitions over their median above which a
+#: run is noisy.
+MAX_SPREAD = 0.10
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +53,15 @@ def read_load() -> float:
 
 
 def spread(result: WorkloadResult, name: str) -> float:
-    """Return the widest range over median of the repetitions of ``name``, across n."""
+    """Return the widest interquartile range over median of ``name``'s repetitions, across n."""
     widest = 0.0
     for samples in result.samples.get(name, {}).values():
-        middle = sorted(samples)[len(samples) // 2]
+        if len(samples) < 2:
+            continue
+        # Inclusive quartiles: with 5 repetitions, the second and the fourth fastest.
+        low, middle, high = statistics.quantiles(samples, n=4, method="inclusive")
         if middle > 0:
-            widest = max(widest, (max(samples) - min(samples)) / middle)
+            widest = max(widest, (high - low) / middle)
     return widest
 
 
@@ -71,7 +79,7 @@ def noise_warnings(load: Load, results: list[WorkloadResult], reference: str) ->
         widest = spread(result, reference)
         if widest > MAX_SPREAD:
             warnings.append(
-                f"{result.name}: the repetitions of {reference} spread by {widest:.0%} of their "
-                "median; rerun on a quiet machine, or with --full, before quoting the ratios"
+                f"{result.name}: the middle half of the repetitions of {reference} spread by "
+                f"{widest:.0%} of their median; rerun on a quiet machine before quoting the ratios"
             )
     return warnings

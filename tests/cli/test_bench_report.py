@@ -40,12 +40,20 @@ def test_other_load_on_the_free_core_is_named() -> None:
 
 
 def test_a_wide_spread_of_the_reference_names_the_workload() -> None:
-    """Repetitions of the reference spread beyond the limit are warned about, per workload."""
-    burst = _result({REFERENCE: {10: [1.0, 1.0, 1.0, 1.0, 1.0 + 2 * MAX_SPREAD]}})
-    assert spread(burst, REFERENCE) > MAX_SPREAD
-    warnings = noise_warnings(Load(1.0, 1.0, 2), [burst], REFERENCE)
+    """Repetitions of the reference whose middle half spreads beyond the limit are warned about."""
+    wide = 1.0 + 2 * MAX_SPREAD
+    noisy = _result({REFERENCE: {10: [1.0, 1.0, 1.0, wide, wide]}})
+    assert spread(noisy, REFERENCE) > MAX_SPREAD
+    warnings = noise_warnings(Load(1.0, 1.0, 2), [noisy], REFERENCE)
     assert len(warnings) == 1
     assert warnings[0].startswith("batch:")
+
+
+def test_one_slow_repetition_is_not_noise() -> None:
+    """One repetition slowed by a burst leaves the median and the middle half as they were."""
+    burst = _result({REFERENCE: {10: [0.87, 0.87, 0.88, 0.88, 1.19]}})
+    assert spread(burst, REFERENCE) < 0.02
+    assert noise_warnings(Load(1.0, 1.0, 2), [burst], REFERENCE) == []
 
 
 def test_the_spread_of_another_row_does_not_count() -> None:
@@ -81,7 +89,8 @@ def test_the_memory_target_compares_the_two_blocks() -> None:
     """A block with vLLM's fields larger than vLLM's own fails the memory target, naming both."""
     rows = targets([], OURS, REFERENCE, {BLOCK_WITH_VLLM_FIELDS: 112.0, RELEASE_BLOCK: 96.0})
     assert _verdicts(rows, "no larger") == [("112 against 96 bytes", False)]
-    rows = targets([], OURS, REFERENCE, {BLOCK_WITH_VLLM_FIELDS: 96.0, RELEASE_BLOCK: 96.0})
+    # Thousandths of a byte are the interpreter's own allocations, not the block's size.
+    rows = targets([], OURS, REFERENCE, {BLOCK_WITH_VLLM_FIELDS: 96.002, RELEASE_BLOCK: 96.0005})
     assert _verdicts(rows, "no larger") == [("96 against 96 bytes", True)]
 
 
