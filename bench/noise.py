@@ -1,14 +1,18 @@
 """How busy the machine was while the benchmark ran, and whether that makes the run noisy.
 
-Ratios are measured side by side in one process, so a machine shared with other
-work shifts every implementation alike only on average: a burst of other work
-during one sample moves that sample alone. A run is called noisy when the load
-average says other processes wanted the cores (more runnable processes than the
-cores left to them, besides the benchmark itself), or when the repetitions of
-the reference row spread widely: their interquartile range over their median.
-Not their full range: one repetition that a page fault or a timer tick slowed
-is in every run, on a quiet machine too, and the median already ignores it;
-the middle half of the repetitions moves only when the machine's speed did.
+Ratios are measured side by side in one process, so a change of the machine's
+speed that lasts (a neighbour's job, the clock, where memory landed) moves every
+implementation alike and leaves their ratio alone; a burst of other work during
+one sample moves that sample alone. A run is called noisy when the load average
+says other processes wanted the cores (more runnable processes than the cores
+left to them, besides the benchmark itself), or when the ratio the report quotes
+moved between repetitions: the production row over the reference, taken
+repetition by repetition, spreads widely (its interquartile range over its
+median). Not the times themselves: on an idle machine the reference's own times
+were seen to step by 30% half-way through a run, with the production row's in
+step and their ratio unmoved. Not the full range either: one repetition slowed
+by a page fault or a timer tick is in nearly every run, and the median already
+ignores it.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ __all__ = ["MAX_OTHER_LOAD", "MAX_SPREAD", "Load", "noise_warnings", "read_load"
 
 #: Runnable processes besides the benchmark, per free core, above which a run is noisy.
 MAX_OTHER_LOAD = 0.5
-#: Interquartile range of the reference row's repetitions over their median above which a
-#: run is noisy.
+#: Interquartile range of the production row's per-repetition ratio to the reference, over
+#: its median, above which a run is noisy.
 MAX_SPREAD = 0.10
 
 
@@ -52,20 +56,28 @@ def read_load() -> float:
         return 0.0
 
 
-def spread(result: WorkloadResult, name: str) -> float:
-    """Return the widest interquartile range over median of ``name``'s repetitions, across n."""
+def spread(result: WorkloadResult, name: str, reference: str) -> float:
+    """Return the widest interquartile range over median of ``name``'s ratio to ``reference``.
+
+    The ratio is taken repetition by repetition (each repetition times every
+    implementation once, so its i-th samples pair up); the widest over n counts.
+    """
     widest = 0.0
-    for samples in result.samples.get(name, {}).values():
-        if len(samples) < 2:
+    theirs_by_n = result.samples.get(reference, {})
+    for n, mine in result.samples.get(name, {}).items():
+        theirs = theirs_by_n.get(n, [])
+        paired = [a / b for a, b in zip(mine, theirs, strict=False) if b > 0]
+        if len(paired) < 2:
             continue
-        # Inclusive quartiles: with 5 repetitions, the second and the fourth fastest.
-        low, middle, high = statistics.quantiles(samples, n=4, method="inclusive")
-        if middle > 0:
-            widest = max(widest, (high - low) / middle)
+        # Inclusive quartiles: with 5 repetitions, the second and the fourth smallest.
+        low, middle, high = statistics.quantiles(paired, n=4, method="inclusive")
+        widest = max(widest, (high - low) / middle)
     return widest
 
 
-def noise_warnings(load: Load, results: list[WorkloadResult], reference: str) -> list[str]:
+def noise_warnings(
+    load: Load, results: list[WorkloadResult], production: str, reference: str
+) -> list[str]:
     """Return why the run was noisy, one sentence each; empty when it was quiet."""
     warnings = []
     others = max(load.start, load.end) - 1.0  # the benchmark itself keeps one core busy
@@ -76,10 +88,11 @@ def noise_warnings(load: Load, results: list[WorkloadResult], reference: str) ->
             f"(load {max(load.start, load.end):.2f}): the ratios may be off by several percent"
         )
     for result in results:
-        widest = spread(result, reference)
+        widest = spread(result, production, reference)
         if widest > MAX_SPREAD:
             warnings.append(
-                f"{result.name}: the middle half of the repetitions of {reference} spread by "
-                f"{widest:.0%} of their median; rerun on a quiet machine before quoting the ratios"
+                f"{result.name}: the ratio of {production} to {reference} moved by {widest:.0%} "
+                "of its median over the middle half of the repetitions; rerun on a quiet "
+                "machine before quoting the ratios"
             )
     return warnings

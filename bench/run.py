@@ -298,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"| {label} | {size:.0f} |")
         switch = _switch_check(settings)
     load = Load(load_at_start, read_load(), os.cpu_count() or 1)
-    warnings = noise_warnings(load, results, reference)
+    warnings = noise_warnings(load, results, production, reference)
     print(f"\n{load.describe()}")
     for warning in warnings:
         print(f"WARNING, noisy run: {warning}")

@@ -24,42 +24,44 @@ def _result(samples: dict[str, dict[int, list[float]]], workload: str = "batch")
     return result
 
 
-STEADY = _result({REFERENCE: {10: [1.0, 1.01, 0.99, 1.0, 1.02]}, "ours": {10: [1.1] * 5}})
+STEADY = _result({REFERENCE: {10: [1.0, 1.01, 0.99, 1.0, 1.02]}, OURS: {10: [1.1] * 5}})
 
 
 def test_a_quiet_steady_run_gets_no_warning() -> None:
     """The benchmark alone on 2 cores (load 1) with tight repetitions is not called noisy."""
-    assert noise_warnings(Load(1.0, 1.1, 2), [STEADY], REFERENCE) == []
+    assert noise_warnings(Load(1.0, 1.1, 2), [STEADY], OURS, REFERENCE) == []
 
 
 def test_other_load_on_the_free_core_is_named() -> None:
     """A load that keeps the core the benchmark leaves free busy is warned about, with the load."""
-    warnings = noise_warnings(Load(1.2, 2.4, 2), [STEADY], REFERENCE)
+    warnings = noise_warnings(Load(1.2, 2.4, 2), [STEADY], OURS, REFERENCE)
     assert len(warnings) == 1
     assert "2.40" in warnings[0]
 
 
-def test_a_wide_spread_of_the_reference_names_the_workload() -> None:
-    """Repetitions of the reference whose middle half spreads beyond the limit are warned about."""
+def test_a_ratio_that_moves_between_repetitions_names_the_workload() -> None:
+    """A ratio whose middle half spreads beyond the limit is warned about, with its workload."""
     wide = 1.0 + 2 * MAX_SPREAD
-    noisy = _result({REFERENCE: {10: [1.0, 1.0, 1.0, wide, wide]}})
-    assert spread(noisy, REFERENCE) > MAX_SPREAD
-    warnings = noise_warnings(Load(1.0, 1.0, 2), [noisy], REFERENCE)
+    noisy = _result({REFERENCE: {10: [1.0] * 5}, OURS: {10: [1.0, 1.0, 1.0, wide, wide]}})
+    assert spread(noisy, OURS, REFERENCE) > MAX_SPREAD
+    warnings = noise_warnings(Load(1.0, 1.0, 2), [noisy], OURS, REFERENCE)
     assert len(warnings) == 1
     assert warnings[0].startswith("batch:")
 
 
 def test_one_slow_repetition_is_not_noise() -> None:
     """One repetition slowed by a burst leaves the median and the middle half as they were."""
-    burst = _result({REFERENCE: {10: [0.87, 0.87, 0.88, 0.88, 1.19]}})
-    assert spread(burst, REFERENCE) < 0.02
-    assert noise_warnings(Load(1.0, 1.0, 2), [burst], REFERENCE) == []
+    burst = _result({REFERENCE: {10: [0.87, 0.87, 0.88, 0.88, 1.19]}, OURS: {10: [1.0] * 5}})
+    assert spread(burst, OURS, REFERENCE) < 0.02
+    assert noise_warnings(Load(1.0, 1.0, 2), [burst], OURS, REFERENCE) == []
 
 
-def test_the_spread_of_another_row_does_not_count() -> None:
-    """Only the reference row's spread decides: a noisy row of ours is a result, not noise."""
-    wide_ours = _result({REFERENCE: {10: [1.0] * 5}, "ours": {10: [1.0, 5.0, 1.0, 1.0, 1.0]}})
-    assert noise_warnings(Load(1.0, 1.0, 2), [wide_ours], REFERENCE) == []
+def test_a_change_of_speed_that_moves_both_rows_is_not_noise() -> None:
+    """The machine stepping 30% slower half-way moves both rows alike, and not their ratio."""
+    fast, slow = [1.0, 1.0, 1.0], [1.3, 1.3, 1.3]
+    step = _result({REFERENCE: {10: fast + slow}, OURS: {10: [1.2 * t for t in fast + slow]}})
+    assert spread(step, OURS, REFERENCE) < 1e-9
+    assert noise_warnings(Load(1.0, 1.0, 2), [step], OURS, REFERENCE) == []
 
 
 def _verdicts(rows: list[tuple[str, str, bool]], word: str) -> list[tuple[str, bool]]:
