@@ -32,6 +32,7 @@ __all__ = [
     "first_unlinkable",
     "has_unlinkable",
     "is_sentinel",
+    "lookup_error",
     "lost_inner_link",
     "not_a_block",
     "not_linked",
@@ -110,6 +111,20 @@ def _has_links(value: object) -> bool:
         return all(hasattr(value, name) for name in LINK_FIELDS)
     except Exception:  # a proxy whose lookup raises (KeyError, say) has no links we can use
         return False
+
+
+def lookup_error(value: object) -> type[Exception] | None:
+    """The type of what looking up a link of ``value`` raises, other than ``AttributeError``.
+
+    ``None`` if the lookups return or raise ``AttributeError``: a proxy whose
+    lookup raises ``KeyError``, say, gives ``KeyError``.
+    """
+    try:
+        for name in LINK_FIELDS:
+            getattr(value, name, None)
+    except Exception as error:  # what a hostile lookup raises is its own business
+        return type(error)
+    return None
 
 
 def can_link(value: object) -> bool:

@@ -76,10 +76,11 @@ from verified_queue._compat import mypyc_attr
 from verified_queue._messages import (
     already_linked,
     batch_argument,
+    can_link,
     changed_during_iteration,
     count_argument,
     first_unlinkable,
-    has_unlinkable,
+    lookup_error,
     lost_inner_link,
     not_a_block,
     not_linked,
@@ -549,7 +550,7 @@ class FreeBlockQueue(Generic[B]):
                 except BaseException as error:
                     _unstage(tail, last)
                     undone = True
-                    if _not_a_block_error(error, batch):
+                    if _not_a_block_error(error, batch, last, tail):
                         raise not_a_block("append_n", first_unlinkable(batch)) from None
                     raise
             except BaseException as arrived:
@@ -615,7 +616,7 @@ class FreeBlockQueue(Generic[B]):
                 except BaseException as error:
                     _unstage(tail, last)
                     undone = True
-                    if _not_a_block_error(error, batch):
+                    if _not_a_block_error(error, batch, last, tail):
                         raise not_a_block("prepend_n", first_unlinkable(batch)) from None
                     raise
             except BaseException as arrived:
@@ -667,16 +668,29 @@ class FreeBlockQueue(Generic[B]):
 # and the interrupt is not swallowed.
 
 
-def _not_a_block_error(error: BaseException, batch: list[B]) -> bool:
+def _not_a_block_error(error: BaseException, batch: list[B], last: Block, staging: Block) -> bool:
     """Whether ``error``, which cut a batch short, means an item is not a block we can link.
 
-    An ``AttributeError`` or ``TypeError`` from a link read or write does; so does any
-    other error of a batch holding an item this build cannot link (a proxy whose
-    attribute lookup raises ``KeyError``, say). An interrupt does not, nor a refusal.
+    An ``AttributeError`` or ``TypeError`` from a link read or write does. So does
+    another exception if it is what looking up a link of the item the loop stood
+    on raises, again: the item after ``last`` (the last block staged, ``staging``
+    if none was), a proxy whose lookup raises ``KeyError``, say. A refusal does
+    not, nor an exception that arrived from outside (an interrupt), even just as
+    the loop reached a bad item: the interrupt is raised, not swallowed.
     """
     if isinstance(error, (AttributeError, TypeError)):
         return True
-    return not isinstance(error, QueueError) and has_unlinkable(batch)
+    if isinstance(error, QueueError):
+        # A refusal, of a block it read. (Answered here, not by the walk below: the proof
+        # translates this path, and has no invariant for that loop.)
+        return False
+    # The staged blocks are the batch's first ones, each once: ``last`` ends them.
+    reached = 0
+    if last is not staging:
+        while batch[reached] is not last:
+            reached += 1
+        reached += 1
+    return reached < len(batch) and lookup_error(batch[reached]) is type(error)
 
 
 def _finish_unstage(batch: list[B], staging: Block, arrived: BaseException) -> BaseException:
@@ -694,18 +708,24 @@ def _finish_unstage(batch: list[B], staging: Block, arrived: BaseException) -> B
     batch loop): the queue itself was never written.
     """
     linked = 0
-    counted = False
     while True:
         try:
             while True:
                 try:
-                    while not counted and linked < len(batch):
+                    # A retry counts on from where the last pass stopped, and stops at once
+                    # if the detaching below has begun: it detaches batch[linked] before it
+                    # lowers ``linked``, and a detached block names no predecessor.
+                    while linked < len(batch):
                         candidate: object = batch[linked]
+                        if not can_link(candidate):
+                            # Never staged. (Not read: a proxy's lookup may raise, and this
+                            # loop would retry on that error for ever.)
+                            break
+                        staged: Block = candidate  # type: ignore[assignment]  # can_link: a Block, or has links
                         expected: object = staging if linked == 0 else batch[linked - 1]
-                        if getattr(candidate, "prev_free_block", None) is not expected:
+                        if staged.prev_free_block is not expected:
                             break
                         linked += 1
-                    counted = True
                     # Back to front, as _unstage walks, so that a call cut short leaves
                     # a shorter prefix, still chained, for the next call to find.
                     while linked > 0:
@@ -763,25 +783,21 @@ def _relink_taken(head: Block, popped: list[B], following: Block | None) -> Base
     slots: list[Block | None] = popped  # type: ignore[assignment]
     arrived: BaseException | None = None
     taken = 0
-    counted = False
-    successor: Block | None = None
-    found = False
     relinked = 0
     while True:
         try:
             while True:
                 try:
-                    while not counted and taken < len(slots) and slots[taken] is not None:
+                    # A retry recounts and rereads to the same values: nothing below writes
+                    # a slot, and ``last``'s forward link is written last, to ``successor``.
+                    while taken < len(slots) and slots[taken] is not None:
                         taken += 1
-                    counted = True
                     if taken == 0:
                         break
                     last: Block = slots[taken - 1]  # type: ignore[assignment]  # taken
-                    if not found:
-                        successor = last.next_free_block
-                        if successor is None:
-                            successor = following
-                        found = True
+                    successor = last.next_free_block
+                    if successor is None:
+                        successor = following
                     while relinked < taken:
                         block: Block = slots[relinked]  # type: ignore[assignment]  # taken
                         previous: Block = head if relinked == 0 else slots[relinked - 1]  # type: ignore[assignment]  # taken

@@ -30,6 +30,6 @@ def _undo_staged(
         _unstage(staging, last)
     except BaseException as again:
         return _finish_unstage(batch, staging, again)
-    if _not_a_block_error(error, batch):
+    if _not_a_block_error(error, batch, last, staging):
         return not_a_block(operation, first_unlinkable(batch))
     return error

@@ -23,7 +23,7 @@ import pytest
 import verified_queue
 from verified_queue import Block, FreeBlockQueue
 from verified_queue import queue as queue_module
-from verified_queue.errors import AlreadyInQueueError
+from verified_queue.errors import AlreadyInQueueError, WrongTypeError
 from verified_queue.invariants import check_invariants
 
 pytestmark = pytest.mark.skipif(
@@ -188,6 +188,13 @@ class FailingSetterBlock:
         return f"<block {self.number}>"
 
 
+class LookupRaises:
+    """A proxy whose every attribute lookup raises ``KeyError``: not a block, but not None."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise KeyError(name)
+
+
 #: A case: build the blocks, the queue and the call; return them with the order after success.
 Case = Callable[[], tuple[list[Any], FreeBlockQueue[Any], Callable[[], object], list[Any]]]
 
@@ -206,6 +213,27 @@ def _cases(kind: type) -> dict[str, Case]:
         queue = FreeBlockQueue(blocks[:3])
         before = queue.get_all_free_blocks()
         return blocks, queue, lambda: queue.append_n([*blocks[3:7], blocks[1]]), before
+
+    def append_refused_at_once() -> Any:
+        # Nothing is staged: the undo must leave the refused block, linked in the queue, as is.
+        blocks = _blocks(kind, 8)
+        queue = FreeBlockQueue(blocks[:3])
+        before = queue.get_all_free_blocks()
+        return blocks, queue, lambda: queue.append_n([blocks[1], *blocks[3:7]]), before
+
+    def append_not_a_block() -> Any:
+        # The undo's walk over the staged blocks meets an item with no links at all.
+        blocks = _blocks(kind, 8)
+        queue = FreeBlockQueue(blocks[:3])
+        before = queue.get_all_free_blocks()
+        return blocks, queue, lambda: queue.append_n([*blocks[3:6], None]), before
+
+    def append_a_raising_proxy() -> Any:
+        # An interrupt just as the loop reaches the proxy must not pass for the proxy's error.
+        blocks = _blocks(kind, 8)
+        queue = FreeBlockQueue(blocks[:3])
+        before = queue.get_all_free_blocks()
+        return blocks, queue, lambda: queue.append_n([*blocks[3:6], LookupRaises()]), before
 
     def prepend_refused() -> Any:
         blocks = _blocks(kind, 8)
@@ -231,6 +259,9 @@ def _cases(kind: type) -> dict[str, Case]:
 
     return {
         "append_n refused": append_refused,
+        "append_n refused at its first block": append_refused_at_once,
+        "append_n of a non-block": append_not_a_block,
+        "append_n of a proxy whose lookup raises": append_a_raising_proxy,
         "prepend_n refused": prepend_refused,
         "append_n": append_accepted,
         "prepend_n": prepend_accepted,
@@ -246,7 +277,7 @@ def _run(case: Case, faults: Faults, inject: Callable[[Faults], Any]) -> str:
     with inject(faults):
         try:
             call()
-        except (Injected, AlreadyInQueueError) as error:
+        except (Injected, AlreadyInQueueError, WrongTypeError) as error:
             raised = error
     try:
         check_invariants(queue, pool=blocks)
@@ -277,6 +308,86 @@ def _every_pair(case: Case, inject: Callable[[Faults], Any], first: range | None
         for two in range(one + 1, faults.events + 2):
             failures.append(_run(case, Faults(frozenset({one, two})), inject))
     failures = [failure for failure in failures if failure]
+    assert not failures, f"{len(failures)} faulty outcomes, first: {failures[:3]}"
+
+
+#: An undo's starting point: the blocks, the queue, the undo's call and the order it restores.
+Undo = tuple[list[Any], FreeBlockQueue[Any], Callable[[], Any], list[Any]]
+
+
+def _staged_batch(kind: type) -> Undo:
+    """A queue with four blocks staged behind its tail, as a refused ``append_n`` leaves them.
+
+    Returns the blocks, the queue, the call that finishes the undo (as the
+    batch methods' outer handlers call it) and the queue's order before.
+    """
+    blocks = _blocks(kind, 8)
+    queue = FreeBlockQueue(blocks[:3])
+    tail = queue.fake_free_list_tail
+    previous = tail
+    for block in blocks[3:7]:  # staged as the batch loop stages them
+        block.prev_free_block = previous
+        previous.next_free_block = block
+        previous = block
+    batch = [*blocks[3:7], blocks[1]]  # refused at blocks[1], linked in the queue
+    undo = lambda: queue_module._finish_unstage(batch, tail, Injected(0))  # noqa: E731
+    return blocks, queue, undo, blocks[:3]
+
+
+def _taken_run(kind: type) -> Undo:
+    """A queue whose ``popleft_n(4)`` was cut short after taking three blocks.
+
+    Returns the blocks, the queue, the call that puts them back (as
+    ``popleft_n``'s handlers call it) and the queue's order before.
+    """
+    blocks = _blocks(kind, 8)
+    queue = FreeBlockQueue(blocks[:6])
+    popped: list[Any] = [None] * 4
+    for index in range(3):  # taken and detached as the loop takes them
+        popped[index] = blocks[index]
+        blocks[index].prev_free_block = blocks[index].next_free_block = None
+    head = queue.fake_free_list_head
+    undo = lambda: queue_module._relink_taken(head, popped, blocks[3])  # noqa: E731
+    return blocks, queue, undo, blocks[:6]
+
+
+UNDOS = {"_finish_unstage": _staged_batch, "_relink_taken": _taken_run}
+
+
+@pytest.mark.parametrize("kind", [Block, FailingSetterBlock], ids=["Block", "failing setters"])
+@pytest.mark.parametrize("undo", sorted(UNDOS))
+def test_an_undo_finishes_whatever_arrives_inside_it_and_returns_the_last(
+    undo: str, kind: type
+) -> None:
+    """Two exceptions anywhere inside an undo's retry loops: it finishes, and returns the last.
+
+    Called directly, so that the second exception can land anywhere in the
+    undo, the outermost retry loop included (through the batch methods, only a
+    fourth exception gets there). Only the undo's own start (its first event)
+    is outside its loops.
+    """
+    counting = Faults()
+    _, _, undo_call, _ = UNDOS[undo](kind)
+    with _everywhere(counting):
+        undo_call()
+    failures = []
+    for one in range(2, counting.events + 2):
+        for two in [None, *range(one + 1, counting.events + 4)]:
+            faults = Faults(frozenset({one} if two is None else {one, two}))
+            blocks, queue, undo_call, before = UNDOS[undo](kind)
+            with _everywhere(faults):
+                returned = undo_call()
+            problems = []
+            if faults.fired and returned is not faults.fired[-1]:
+                problems.append(f"returned {returned!r}, not {faults.fired[-1]!r}")
+            try:
+                check_invariants(queue, pool=blocks)
+            except AssertionError as damage:
+                problems.append(str(damage))
+            if queue.get_all_free_blocks() != before:
+                problems.append("the queue's order changed")
+            if problems:
+                failures.append(f"faults at {sorted(faults.at)}: {'; '.join(problems)}")
     assert not failures, f"{len(failures)} faulty outcomes, first: {failures[:3]}"
 
 
