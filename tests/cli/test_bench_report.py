@@ -83,8 +83,8 @@ def test_the_check_mode_budgets_are_two_for_single_and_three_for_batches() -> No
     """Check mode at 2.5x the production queue passes the batch budget and fails the single one."""
     samples = {REFERENCE: {10: [1.0] * 5}, OURS: {10: [1.0] * 5}, CHECKED: {10: [2.5] * 5}}
     rows = targets([_result(samples, "single"), _result(samples, "batch")], OURS, REFERENCE)
-    assert _verdicts(rows, "single, every n") == [("worst 2.50x (single, n=10)", False)]
-    assert _verdicts(rows, "batch, every n") == [("worst 2.50x (batch, n=10)", True)]
+    assert _verdicts(rows, "production queue, single") == [("worst 2.50x (single, n=10)", False)]
+    assert _verdicts(rows, "production queue, batch") == [("worst 2.50x (batch, n=10)", True)]
 
 
 def test_the_memory_target_compares_the_two_blocks() -> None:
