@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -137,9 +138,11 @@ def at_checkpoints(faults: Faults) -> Iterator[None]:
         sys.settrace(previous)
 
 
-#: The functions that undo a batch: the setters fail only when called from them, since a
-#: failing setter elsewhere is not an interrupt (and only the pure build takes such blocks).
-UNDO_FUNCTIONS = frozenset({"_unstage", "_finish_unstage", "_relink_taken"})
+#: The code names of the functions that undo a batch: the setters fail only when called from
+#: them, since a failing setter elsewhere is not an interrupt (and only the pure build takes
+#: such blocks). Mutation testing renames each copy it makes (``x__unstage__mutmut_7``), and
+#: the faults must fire in those copies as in the original, or no mutant of an undo is caught.
+UNDO_CODE_NAME = re.compile(r"(?:x_)?(?:_unstage|_finish_unstage|_relink_taken)(?:__mutmut_\w+)?")
 
 
 class SetterFaults:
@@ -150,7 +153,7 @@ class SetterFaults:
     @classmethod
     def write(cls) -> None:
         """Count a link write made by an undo (the setter's caller's caller), maybe raising."""
-        if cls.armed is not None and sys._getframe(2).f_code.co_name in UNDO_FUNCTIONS:
+        if cls.armed is not None and UNDO_CODE_NAME.fullmatch(sys._getframe(2).f_code.co_name):
             cls.armed.event()
 
 
