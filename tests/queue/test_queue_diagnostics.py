@@ -263,6 +263,51 @@ def test_a_lost_inner_link_raises_the_family_and_changes_nothing(
     assert every_link(queue, [*blocks, fresh]) == before
 
 
+class DestroysWhenStaged:
+    """A duck-typed block whose back link, once written, runs ``action`` (outside code)."""
+
+    def __init__(self, action: Callable[[], object]) -> None:
+        self.action = action
+        self.next_free_block: Any = None
+        self._prev: Any = None
+
+    @property
+    def prev_free_block(self) -> Any:
+        """The back link."""
+        return self._prev
+
+    @prev_free_block.setter
+    def prev_free_block(self, value: Any) -> None:
+        self._prev = value
+        if value is not None:
+            self.action()
+
+
+@pure_only  # the compiled queue's link writes to a Block run no code
+@pytest.mark.parametrize(("operation", "sentinel"), [("append_n", "tail"), ("prepend_n", "head")])
+def test_a_link_lost_while_a_batch_is_staged_is_named_and_unstaged(
+    operation: str, sentinel: str
+) -> None:
+    """Outside code that destroys a sentinel's inner link mid-batch gets it named; nothing joins."""
+    queue = FreeBlockQueue(numbered(2))
+
+    def destroy() -> None:
+        if sentinel == "tail":
+            queue.fake_free_list_tail.prev_free_block = None
+        else:
+            queue.fake_free_list_head.next_free_block = None
+
+    block = DestroysWhenStaged(destroy)
+    with pytest.raises(InvariantViolation) as caught:
+        getattr(queue, operation)([block])
+    assert caught.value.invariant == "sentinel_linkage"
+    assert str(caught.value).startswith(f"{operation}(): the {sentinel} sentinel's ")
+    assert block.prev_free_block is None
+    assert block.next_free_block is None
+    assert queue.fake_free_list_tail.next_free_block is None
+    assert len(queue) == 2
+
+
 class Index:
     """An integer type that is not ``int``: it converts through ``__index__`` only."""
 
