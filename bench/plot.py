@@ -76,7 +76,7 @@ def draw(
         axis.set_yscale("log")
         axis.yaxis.set_major_formatter(plain)
         axis.yaxis.set_minor_formatter(NullFormatter())
-        axis.set_yticks([0.25, 0.5, 1.0, 1.5, 2, 3, 5, 10, 20])
+        axis.set_yticks([0.1, 0.15, 0.25, 0.5, 1.0, 1.5, 2, 3, 5, 10, 20])
         # Unlabelled grid lines every 0.1 around 1.0, where the targets are judged.
         axis.set_yticks([0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.4], minor=True)
         axis.set_xlabel("n")
