@@ -194,6 +194,28 @@ def test_a_block_is_linkable_even_with_a_link_slot_deleted() -> None:
     assert messages.can_link(block)
 
 
+class OneLinkRaises:
+    """An object whose lookup of one named link raises ``ValueError``; the other is ``None``."""
+
+    def __init__(self, raising: str) -> None:
+        self.raising = raising
+
+    def __getattr__(self, name: str) -> Any:
+        if name == self.raising:
+            raise ValueError(name)
+        if name in ("prev_free_block", "next_free_block"):
+            return None
+        raise AttributeError(name)
+
+
+@pytest.mark.parametrize("raising", ["prev_free_block", "next_free_block"])
+def test_lookup_error_names_what_either_link_lookup_raises(raising: str) -> None:
+    """The type a link lookup raises is returned, for either link; a missing link is no error."""
+    assert messages.lookup_error(OneLinkRaises(raising)) is ValueError
+    assert messages.lookup_error(Block()) is None
+    assert messages.lookup_error(None) is None  # no links at all: AttributeError, not an error
+
+
 def test_a_block_already_in_this_queue_is_a_double_free_in_a_batch_too() -> None:
     """A batch naming a block this very queue holds calls it a double free, not a repeat."""
     blocks = numbered(3)
