@@ -2,7 +2,7 @@
 
 ``-I`` keeps the checkout off the front of ``sys.path``, so ``verified_queue`` is the
 installed wheel, the build being measured; the checkout is appended at the end, only
-to reach ``bench`` and ``specs``, which the wheel does not ship.
+to reach ``bench`` and ``conformance``, which the wheel does not ship.
 """
 
 import sys

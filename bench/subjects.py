@@ -16,7 +16,7 @@ from bench.baselines import (
     PreChangeBlock,
     PreChangeQueue,
 )
-from specs.vllm import wheel as vllm_wheel
+from conformance import wheel as vllm_wheel
 from verified_queue import queue as queue_module
 from verified_queue.block import Block
 

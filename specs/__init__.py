@@ -19,8 +19,6 @@ the package never imports it.
 - :mod:`specs.bug_matrix` and :mod:`specs.checker_matrix`: every verification layer against
   every planted bug (``docs/bug-matrix.md``, ``docs/checker-bug-matrix.md``), the layers
   defined once in :mod:`specs.layer_matrix`.
-- :mod:`specs.vllm`: the tooling that fetches vLLM's wheel and loads its code, for the
-  conformance tests.
 
 ``python -I specs/__main__.py TOOL`` runs a tool of specs/ against the installed wheel.
 """

@@ -1,4 +1,4 @@
-"""Shared test configuration: Hypothesis profiles and the repository's specs/ on the path."""
+"""Shared test configuration: Hypothesis profiles, and the checkout on the path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
-# specs/ is not shipped; append (not prepend) the checkout so that
+# specs/, conformance/ and bench/ are not shipped; append (not prepend) the checkout so that
 # ``import verified_queue`` still finds the installed build under test.
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

@@ -15,10 +15,10 @@ possibly more than once, and loads every installed general plugin unless
   later, a reload of ``kv_cache_utils`` included (vLLM's own ``test_none_hash``
   reloads it);
 * ``checked``: the same with
-  :class:`~verified_queue.kvcache.vllm_checked.VllmCheckedFreeBlockQueue`, check
+  :class:`~verified_queue.vllm.checked.VllmCheckedFreeBlockQueue`, check
   mode inside a running vLLM;
 * ``trace``: the same with the trace level of check mode
-  (:class:`~verified_queue.kvcache.vllm_traced.VllmTracedFreeBlockQueue`), whose errors also
+  (:class:`~verified_queue.vllm.traced.VllmTracedFreeBlockQueue`), whose errors also
   name where each block concerned was last linked and unlinked.
 
 The compiled build links :class:`verified_queue.Block` subclasses only, so
@@ -409,13 +409,13 @@ def install(
             raise VllmPluginError(f"vLLM {vllm_version}: {error}") from None
     queue: type
     if mode == "checked":
-        from verified_queue.kvcache.vllm_checked import (  # noqa: PLC0415 -- only when asked
+        from verified_queue.vllm.checked import (  # noqa: PLC0415 -- only when asked
             VllmCheckedFreeBlockQueue,
         )
 
         queue = VllmCheckedFreeBlockQueue
     elif mode == "trace":
-        from verified_queue.kvcache.vllm_traced import (  # noqa: PLC0415 -- only when asked
+        from verified_queue.vllm.traced import (  # noqa: PLC0415 -- only when asked
             VllmTracedFreeBlockQueue,
         )
 

@@ -1,6 +1,6 @@
 """The trace level as vLLM's ``BlockPool`` uses it: :class:`VllmTracedFreeBlockQueue`.
 
-Apart from :mod:`verified_queue.kvcache.vllm_checked` so that ``VERIFIED_QUEUE_VLLM=checked``
+Apart from :mod:`verified_queue.vllm.checked` so that ``VERIFIED_QUEUE_VLLM=checked``
 loads no recorder; ``VERIFIED_QUEUE_VLLM=trace`` loads this module.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from verified_queue.kvcache.vllm_checked import VllmCheckedFreeBlockQueue
 from verified_queue.traced import TracedFreeBlockQueue
+from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
 
 __all__ = ["VllmTracedFreeBlockQueue"]
 

@@ -1,6 +1,6 @@
 """Conformance with vLLM's releases: its block type and its block pool, read from its wheels.
 
-The scenarios are written here; vLLM's code is not. ``specs/vllm/wheel.py``
+The scenarios are written here; vLLM's code is not. ``conformance/wheel.py``
 executes vLLM's ``kv_cache_utils.py`` and ``block_pool.py`` out of each
 ``vllm`` wheel named by ``VERIFIED_QUEUE_VLLM_VERSIONS`` (``tox -e vllm``:
 0.34.0 and 0.33.0), so the blocks are vLLM's ``KVCacheBlock`` (unchanged
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 import verified_queue
-from specs.vllm.wheel import (
+from conformance.wheel import (
     BLOCK_POOL,
     DEFAULT_VERSION,
     KV_CACHE_UTILS,

@@ -1,4 +1,8 @@
-"""vLLM as it ships, read at test time: not a specification of ours, but the engine we follow.
+"""vLLM as it ships, read at test time: the engine we are a drop-in for.
+
+Repository-only, beside ``specs/`` and ``bench/``: the plugin it serves is
+:mod:`verified_queue.vllm`, its tests are ``tests/vllm/``. Supporting a new vLLM release
+means these three places and ``tox.ini``'s ``vllm*`` environments.
 
 ``wheel`` loads vLLM's free-block code out of its wheel (nothing installed) for the
 conformance tests and the benchmark; ``fetch`` downloads a release's wheel or sdist into a

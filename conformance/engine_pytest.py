@@ -1,6 +1,6 @@
 """A pytest plugin that runs vLLM's own tests, as shipped, on this machine's CPU.
 
-``python -m specs.vllm.engine`` copies it next to vLLM's extracted tests and
+``python -m conformance.engine`` copies it next to vLLM's extracted tests and
 loads it with ``-p``; no file of vLLM's is edited. It
 
 * gives vLLM's ``UnspecifiedPlatform`` the device type ``cpu`` and hybrid
@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-#: Where the outcomes go (set by specs.vllm.engine).
+#: Where the outcomes go (set by conformance.engine).
 REPORT_ENV = "VERIFIED_QUEUE_ENGINE_REPORT"
 #: The one model whose config is provided.
 PROVIDED_MODEL = "facebook/opt-125m"

@@ -1,9 +1,9 @@
 """Check mode as vLLM's ``BlockPool`` uses it: :class:`VllmCheckedFreeBlockQueue`.
 
-Kept apart from :mod:`verified_queue.kvcache.vllm_plugin` so that the plugin,
+Kept apart from :mod:`verified_queue.vllm.plugin` so that the plugin,
 which vLLM imports in every process, loads no checker unless
 ``VERIFIED_QUEUE_VLLM=checked`` (or ``trace``) asks for one. The trace level's
-counterpart is :mod:`verified_queue.kvcache.vllm_traced`.
+counterpart is :mod:`verified_queue.vllm.traced`.
 """
 
 from __future__ import annotations

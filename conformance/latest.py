@@ -1,6 +1,6 @@
 """Before upgrading vLLM: the conformance on its newest release, and what changed in its shapes.
 
-``python -m specs.vllm.latest CACHE`` (``tox -e vllm-latest``, not in the
+``python -m conformance.latest CACHE`` (``tox -e vllm-latest``, not in the
 default run) asks the package index pip is configured with for the newest vLLM
 release, downloads its wheel into CACHE (with the newest pinned release's, to
 compare with), runs the conformance and plugin tests on it, and prints on one
@@ -23,8 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from specs.vllm import fetch
-from specs.vllm.wheel import BLOCK_POOL, KV_CACHE_UTILS, read_member
+from conformance import fetch
+from conformance.wheel import BLOCK_POOL, KV_CACHE_UTILS, read_member
 
 __all__ = ["CLASSES", "SCREEN", "main", "shape", "shape_diff"]
 
@@ -37,7 +37,7 @@ CLASSES = {
 }
 #: At most this many changed lines are printed (one screen), then how many more there are.
 SCREEN = 20
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _arguments(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
@@ -123,8 +123,8 @@ def _run_tests(cache: Path, version: str) -> int:
         "--no-header",
         "-p",
         "no:cacheprovider",
-        "tests/conformance/test_vllm_conformance.py",
-        "tests/kvcache/test_vllm_plugin.py",
+        "tests/vllm/test_conformance.py",
+        "tests/vllm/test_plugin.py",
     ]
     done = subprocess.run(
         command, cwd=_REPO_ROOT, env=environment, check=False, capture_output=True, text=True
@@ -139,7 +139,7 @@ def _run_tests(cache: Path, version: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Fetch the newest release, test it, print its shape changes."""
-    parser = argparse.ArgumentParser(prog="python -m specs.vllm.latest", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m conformance.latest", description=__doc__)
     parser.add_argument("cache", type=Path, help="where the wheels are kept")
     parser.add_argument("--against", default=fetch.DEFAULT_VERSION, help="the release to compare")
     parser.add_argument("--version", help="a release instead of the newest")

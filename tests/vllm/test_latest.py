@@ -5,8 +5,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from specs.vllm import latest
-from specs.vllm.wheel import BLOCK_POOL, KV_CACHE_UTILS
+from conformance import latest
+from conformance.wheel import BLOCK_POOL, KV_CACHE_UTILS
 
 KV = """
 @dataclass(slots=True)

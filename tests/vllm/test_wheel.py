@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from specs.vllm import fetch as fetch_vllm_wheel
-from specs.vllm.wheel import (
+from conformance import fetch as fetch_vllm_wheel
+from conformance.wheel import (
     BLOCK_POOL,
     DEFAULT_VERSION,
     KV_CACHE_UTILS,
@@ -90,7 +90,7 @@ def test_no_variable_means_no_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_variable_naming_no_wheel_raises(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A set variable whose directory holds no wheel raises, naming the place and the fix."""
     monkeypatch.setenv(WHEEL_ENV, str(tmp_path))
-    with pytest.raises(WheelNotFoundError, match=r"specs/vllm/fetch\.py") as caught:
+    with pytest.raises(WheelNotFoundError, match=r"conformance/fetch\.py") as caught:
         configured_wheel()
     assert str(tmp_path) in str(caught.value)
 

@@ -26,7 +26,7 @@ Three shapes of vLLM's code can be loaded:
 
 The wheel is found through ``VERIFIED_QUEUE_VLLM_WHEEL`` (a wheel file, or a
 directory holding the wheels), which ``tox -e vllm`` sets after
-``specs/vllm/fetch.py`` has downloaded the wheels into ``.tox/``;
+``conformance/fetch.py`` has downloaded the wheels into ``.tox/``;
 ``VERIFIED_QUEUE_VLLM_VERSIONS`` (comma-separated) names the releases the
 conformance tests run on (unset: :data:`PINNED_VERSIONS`, 0.34.0 and 0.33.0).
 """
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specs.vllm.fetch import DEFAULT_VERSION, PINNED_VERSIONS
+from conformance.fetch import DEFAULT_VERSION, PINNED_VERSIONS
 
 __all__ = [
     "BLOCK_POOL",
@@ -79,8 +79,8 @@ WHEEL_ENV = "VERIFIED_QUEUE_VLLM_WHEEL"
 #: The environment variable naming the releases to test (comma-separated; default the newest).
 VERSIONS_ENV = "VERIFIED_QUEUE_VLLM_VERSIONS"
 #: Where ``tox -e vllm`` keeps the downloaded wheel, inside the git-ignored ``.tox/``.
-#: (``specs/vllm/wheel.py``: the checkout is three levels up.)
-TOX_WHEEL_DIR = Path(__file__).resolve().parents[2] / ".tox" / "vllm-wheel"
+#: (``conformance/wheel.py``: the checkout is two levels up.)
+TOX_WHEEL_DIR = Path(__file__).resolve().parents[1] / ".tox" / "vllm-wheel"
 #: The two files read out of the wheel.
 KV_CACHE_UTILS = "vllm/v1/core/kv_cache_utils.py"
 BLOCK_POOL = "vllm/v1/core/block_pool.py"
@@ -115,7 +115,7 @@ def find_wheel(location: Path, version: str = DEFAULT_VERSION) -> Path:
         if found:
             return found[-1]
     raise WheelNotFoundError(
-        f"no {pattern} at {location} (run `python specs/vllm/fetch.py "
+        f"no {pattern} at {location} (run `python conformance/fetch.py "
         f"{location} --version {version}` or `tox -e vllm` to download it)"
     )
 
@@ -456,10 +456,10 @@ def load_patched(wheel: Path, *, compiled_form: bool) -> VllmCode:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the drop-in diff of both files: ``python -m specs.vllm.wheel WHEEL``."""
+    """Print the drop-in diff of both files: ``python -m conformance.wheel WHEEL``."""
     arguments = sys.argv[1:] if argv is None else argv
     if len(arguments) != 1:
-        print("usage: python -m specs.vllm.wheel WHEEL_OR_DIRECTORY", file=sys.stderr)
+        print("usage: python -m conformance.wheel WHEEL_OR_DIRECTORY", file=sys.stderr)
         return 2
     wheel = find_wheel(Path(arguments[0]))
     for member in (BLOCK_POOL, KV_CACHE_UTILS):

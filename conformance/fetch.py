@@ -1,6 +1,6 @@
 """Fetch vLLM's wheel or sdist of a given release into a cache directory; ask for the newest.
 
-``python specs/vllm/fetch.py DIRECTORY [--version V | --pinned | --latest] [--sdist]``
+``python conformance/fetch.py DIRECTORY [--version V | --pinned | --latest] [--sdist]``
 makes sure DIRECTORY holds ``vllm-V-*.whl`` (or, with ``--sdist``,
 ``vllm-V.tar.gz``) and prints its path; ``--pinned`` does so for every release in
 :data:`PINNED_VERSIONS` (what ``tox -e vllm`` tests); ``--latest`` first asks the package
@@ -163,7 +163,7 @@ def fetch_sdist(directory: Path, version: str) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Fetch what the arguments ask for and print its path (or the newest version)."""
-    parser = argparse.ArgumentParser(prog="python -m specs.vllm.fetch", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m conformance.fetch", description=__doc__)
     parser.add_argument("directory", type=Path, nargs="?", help="the cache directory")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--version", default=DEFAULT_VERSION, help="a vLLM release")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from specs.vllm import engine
+from conformance import engine
 
 SHIPPED_QUEUE = engine.MODES["shipped"][1]
 

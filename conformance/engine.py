@@ -1,15 +1,15 @@
 """Run vLLM's own tests on the real vLLM four times: as shipped, then with the plugin.
 
-``python -m specs.vllm.engine CACHE`` (``tox -e vllm-engine``) expects the
+``python -m conformance.engine CACHE`` (``tox -e vllm-engine``) expects the
 real vLLM wheel installed (``--no-deps``), the CPU build of torch and this
 package; it refuses a CUDA build of torch. It
 
 1. fetches vLLM's sdist of the installed version into CACHE (once; see
-   :mod:`specs.vllm.fetch`) and extracts its ``tests/`` and ``pyproject.toml``;
+   :mod:`conformance.fetch`) and extracts its ``tests/`` and ``pyproject.toml``;
 2. writes the public ``config.json`` of ``facebook/opt-125m`` into a Hugging
    Face cache in CACHE (the hub is not reachable; vLLM's test helpers build
    their model config from it);
-3. runs :data:`TEST_FILES` with pytest and :mod:`specs.vllm.engine_pytest`
+3. runs :data:`TEST_FILES` with pytest and :mod:`conformance.engine_pytest`
    (copied into CACHE and put alone on ``PYTHONPATH``, so the installed
    package, not the checkout, is what runs) once per mode: ``shipped``
    (``VERIFIED_QUEUE_VLLM`` unset), ``production``, ``checked`` and ``trace``
@@ -39,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from specs.vllm import fetch
+from conformance import fetch
 
 __all__ = ["MODES", "OPT_125M_CONFIG", "TEST_FILES", "compare", "main"]
 
@@ -58,8 +58,8 @@ TEST_FILES = (
 MODES: dict[str, tuple[str | None, str]] = {
     "shipped": (None, "vllm.v1.core.kv_cache_utils.FreeKVCacheBlockQueue"),
     "production": ("production", "verified_queue.queue.FreeBlockQueue"),
-    "checked": ("checked", "verified_queue.kvcache.vllm_checked.VllmCheckedFreeBlockQueue"),
-    "trace": ("trace", "verified_queue.kvcache.vllm_traced.VllmTracedFreeBlockQueue"),
+    "checked": ("checked", "verified_queue.vllm.checked.VllmCheckedFreeBlockQueue"),
+    "trace": ("trace", "verified_queue.vllm.traced.VllmTracedFreeBlockQueue"),
 }
 #: facebook/opt-125m's public config.json (the fields vLLM's config code reads, and the rest).
 OPT_125M_CONFIG: dict[str, Any] = {
@@ -226,7 +226,7 @@ def _table(reports: dict[str, dict[str, Any]], seconds: dict[str, float]) -> Non
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the three modes and compare them; 0 when they agree."""
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a TextIOWrapper
-    parser = argparse.ArgumentParser(prog="python -m specs.vllm.engine", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m conformance.engine", description=__doc__)
     parser.add_argument("cache", type=Path, help="where the sdist and its tests are kept")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     arguments = parser.parse_args(argv)

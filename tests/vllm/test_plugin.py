@@ -25,18 +25,18 @@ from typing import Any
 import pytest
 
 import verified_queue
-from specs.vllm.wheel import (
+from conformance.wheel import (
     WheelNotFoundError,
     configured_versions,
     configured_wheel,
     load_vllm,
 )
 from verified_queue import AlreadyInQueueError, Block, InvariantViolation
-from verified_queue.kvcache import vllm_plugin
-from verified_queue.kvcache.vllm_checked import VllmCheckedFreeBlockQueue
-from verified_queue.kvcache.vllm_plugin import VllmPluginError
-from verified_queue.kvcache.vllm_traced import VllmTracedFreeBlockQueue
 from verified_queue.queue import FreeBlockQueue
+from verified_queue.vllm import plugin
+from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
+from verified_queue.vllm.plugin import VllmPluginError
+from verified_queue.vllm.traced import VllmTracedFreeBlockQueue
 
 KV_CACHE_UTILS = '''
 import weakref
@@ -125,14 +125,14 @@ def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         pytest.skip("a real vllm is loaded in this process")
     write_package(tmp_path, FILES)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv(vllm_plugin.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.delenv(plugin.ENVIRONMENT_VARIABLE, raising=False)
     importlib.invalidate_caches()
     for name in ("vllm.v1.core.block_pool", "vllm.v1.other"):
         importlib.import_module(name)
     try:
         yield tmp_path
     finally:
-        vllm_plugin.uninstall()
+        plugin.uninstall()
         forget_vllm()
 
 
@@ -164,15 +164,15 @@ def vllm_queue() -> type:
 )
 def test_read_mode_accepts_every_mode(value: str, mode: str) -> None:
     """Unset, empty and off mean off; production, checked, trace in any case, spaces trimmed."""
-    assert vllm_plugin.read_mode({vllm_plugin.ENVIRONMENT_VARIABLE: value}) == mode
-    assert vllm_plugin.read_mode({}) == "off"
+    assert plugin.read_mode({plugin.ENVIRONMENT_VARIABLE: value}) == mode
+    assert plugin.read_mode({}) == "off"
 
 
 @pytest.mark.parametrize("value", ["1", "on", "prod", "checked,production"])
 def test_an_unknown_value_is_refused_in_one_line(value: str) -> None:
     """Any other value raises VllmPluginError in one line naming the value and the choices."""
     with pytest.raises(VllmPluginError) as caught:
-        vllm_plugin.read_mode({vllm_plugin.ENVIRONMENT_VARIABLE: value})
+        plugin.read_mode({plugin.ENVIRONMENT_VARIABLE: value})
     message = str(caught.value)
     assert "\n" not in message
     assert repr(value) in message
@@ -183,8 +183,8 @@ def test_off_imports_nothing_from_vllm_nor_check_mode() -> None:
     """With the variable unset, register() loads no vllm module and no checker."""
     script = (
         "import sys\n"
-        "from verified_queue.kvcache import vllm_plugin\n"
-        "vllm_plugin.register()\n"
+        "from verified_queue.vllm import plugin\n"
+        "plugin.register()\n"
         "loaded = [m for m in sys.modules if m == 'vllm' or m.startswith('vllm.')]\n"
         "loaded += [m for m in sys.modules if m.startswith('verified_queue.') and 'check' in m]\n"
         "print(loaded)\n"
@@ -208,8 +208,8 @@ def test_the_package_registers_the_entry_point() -> None:
         for entry in metadata.entry_points(group="vllm.general_plugins")
         if entry.name == "verified_queue"
     ]
-    assert [entry.value for entry in found] == ["verified_queue.kvcache.vllm_plugin:register"]
-    assert found[0].load() is vllm_plugin.register
+    assert [entry.value for entry in found] == ["verified_queue.vllm.plugin:register"]
+    assert found[0].load() is plugin.register
 
 
 # ---------------------------------------------------------------------------
@@ -234,23 +234,23 @@ def test_register_rebinds_the_queue_in_every_module_that_bound_it(
     """production and checked rebind FreeKVCacheBlockQueue in every loaded vLLM module, once."""
     del fake_vllm
     original = vllm_queue()
-    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, mode)
-    with caplog.at_level(logging.INFO, logger=vllm_plugin.LOGGER_NAME):
-        vllm_plugin.register()
-        vllm_plugin.register()  # vLLM may load its plugins more than once
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, mode)
+    with caplog.at_level(logging.INFO, logger=plugin.LOGGER_NAME):
+        plugin.register()
+        plugin.register()  # vLLM may load its plugins more than once
     for name in ("vllm.v1.core.kv_cache_utils", "vllm.v1.core.block_pool", "vllm.v1.other"):
         assert module(name).FreeKVCacheBlockQueue is queue, name
     pool = module("vllm.v1.core.block_pool").BlockPool(5)
     assert [block.block_id for block in pool.free_block_queue] == [1, 2, 3, 4]
     assert type(pool.free_block_queue) is queue
-    assert vllm_plugin.installed_mode() == mode
+    assert plugin.installed_mode() == mode
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == 1
     build = "compiled" if verified_queue.COMPILED else "pure Python"
     assert f"verified-queue {verified_queue.__version__} ({build} build)" in lines[0]
     assert f"VERIFIED_QUEUE_VLLM={mode}" in lines[0]
     assert "vLLM 0.34.0" in lines[0]
-    vllm_plugin.uninstall()
+    plugin.uninstall()
     assert module("vllm.v1.core.block_pool").FreeKVCacheBlockQueue is original
 
 
@@ -259,12 +259,12 @@ def test_the_rebinding_survives_a_reload_and_reaches_later_imports(
 ) -> None:
     """importlib.reload of kv_cache_utils (vLLM's test_none_hash) and later imports get ours."""
     del fake_vllm
-    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "production")
-    vllm_plugin.register()
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "production")
+    plugin.register()
     reloaded = importlib.reload(module("vllm.v1.core.kv_cache_utils"))
     assert reloaded.FreeKVCacheBlockQueue is FreeBlockQueue
     assert importlib.import_module("vllm.v1.later").FreeKVCacheBlockQueue is FreeBlockQueue
-    vllm_plugin.uninstall()
+    plugin.uninstall()
     again = importlib.reload(module("vllm.v1.core.kv_cache_utils"))
     assert again.FreeKVCacheBlockQueue is not FreeBlockQueue
 
@@ -283,11 +283,11 @@ def test_another_mode_in_the_same_process_is_refused(
 ) -> None:
     """Once production is in, checked is refused in one line and nothing changes."""
     del fake_vllm
-    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "production")
-    vllm_plugin.register()
-    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "checked")
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "production")
+    plugin.register()
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "checked")
     with pytest.raises(VllmPluginError, match="already") as caught:
-        vllm_plugin.register()
+        plugin.register()
     assert "\n" not in str(caught.value)
     assert module("vllm.v1.core.block_pool").FreeKVCacheBlockQueue is FreeBlockQueue
 
@@ -298,11 +298,11 @@ def test_a_bad_value_leaves_vllm_untouched(
     """register() with an unknown value raises before changing any module."""
     del fake_vllm
     original = vllm_queue()
-    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "yes")
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "yes")
     with pytest.raises(VllmPluginError, match="'yes'"):
-        vllm_plugin.register()
+        plugin.register()
     assert module("vllm.v1.core.block_pool").FreeKVCacheBlockQueue is original
-    assert vllm_plugin.installed_mode() == "off"
+    assert plugin.installed_mode() == "off"
 
 
 @pytest.mark.parametrize(
@@ -330,21 +330,21 @@ def test_an_unrecognised_vllm_is_refused_naming_its_version(
     }
     write_package(tmp_path, files)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv(vllm_plugin.ENVIRONMENT_VARIABLE, "checked")
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "checked")
     importlib.invalidate_caches()
     try:
         block_pool = importlib.import_module("vllm.v1.core.block_pool")
         original = block_pool.FreeKVCacheBlockQueue
         with pytest.raises(VllmPluginError) as caught:
-            vllm_plugin.register()
+            plugin.register()
         message = str(caught.value)
         assert message.startswith("vLLM 0.99.0: ")
         assert problem in message
         assert "\n" not in message
         assert block_pool.FreeKVCacheBlockQueue is original
-        assert vllm_plugin.installed_mode() == "off"
+        assert plugin.installed_mode() == "off"
     finally:
-        vllm_plugin.uninstall()
+        plugin.uninstall()
         forget_vllm()
 
 
@@ -356,7 +356,7 @@ def test_the_compiled_build_gets_a_derived_block_bound_where_blocks_are_built(
     kv_cache_utils = module("vllm.v1.core.kv_cache_utils")
     block_pool = module("vllm.v1.core.block_pool")
     original = kv_cache_utils.KVCacheBlock
-    vllm_plugin.install("production", kv_cache_utils, block_pool, compiled=True)
+    plugin.install("production", kv_cache_utils, block_pool, compiled=True)
     derived = block_pool.KVCacheBlock
     assert kv_cache_utils.KVCacheBlock is derived
     assert issubclass(derived, Block)
@@ -375,7 +375,7 @@ def test_the_compiled_build_gets_a_derived_block_bound_where_blocks_are_built(
     pool.blocks[2].reset_hash()
     assert pool.blocks[2].block_hash is None
     assert [block.block_id for block in pool.free_block_queue.popleft_n(2)] == [1, 2]
-    vllm_plugin.uninstall()
+    plugin.uninstall()
     assert block_pool.KVCacheBlock is original
 
 
@@ -387,7 +387,7 @@ def test_the_compiled_build_refuses_a_block_it_cannot_derive() -> None:
         block_id: int
 
     with pytest.raises(VllmPluginError, match="use the pure build") as caught:
-        vllm_plugin.derive_block_class(KVCacheBlock)
+        plugin.derive_block_class(KVCacheBlock)
     assert "\n" not in str(caught.value)
 
 
@@ -463,7 +463,7 @@ def test_the_plugin_runs_vllms_own_pool(wheel: Path, mode: str, compiled: bool) 
     if verified_queue.COMPILED and not compiled:
         pytest.skip("the compiled queue takes Block subclasses only")
     code = load_vllm(wheel)
-    changed = vllm_plugin.install(
+    changed = plugin.install(
         mode, code.kv_cache_utils, code.block_pool, vllm_version=wheel.name, compiled=compiled
     )
     try:
@@ -482,5 +482,5 @@ def test_the_plugin_runs_vllms_own_pool(wheel: Path, mode: str, compiled: bool) 
         pool.free_blocks(reversed(late))
         assert [block.block_id for block in queue.get_all_free_blocks()] == [4, 3, 2, 1, 5, 6, 7]
     finally:
-        vllm_plugin.uninstall()
+        plugin.uninstall()
     assert type(code.BlockPool(4, False, 16).free_block_queue) is code.FreeKVCacheBlockQueue
