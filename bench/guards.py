@@ -27,8 +27,9 @@ from bench.baselines import PostChangeBlock, PostChangeQueue
 from bench.subjects import BenchBlock, QueueLike, vllm_release_subject
 from bench.workloads import collector_off, time_batch, time_single
 from verified_queue._messages import already_linked
+from verified_queue._undo import unstage
 from verified_queue.block import Block
-from verified_queue.queue import FreeBlockQueue, _unstage
+from verified_queue.queue import FreeBlockQueue
 
 __all__ = ["main"]
 
@@ -105,7 +106,7 @@ class NoBatchGuard(FreeBlockQueue[Any]):
                 last = block
             before: Block = tail.prev_free_block  # type: ignore[assignment]  # as in production
         except BaseException:
-            _unstage(tail, last)
+            unstage(tail, last)
             raise
         if last is not tail:
             first: Block = batch[0]
@@ -143,7 +144,7 @@ class OneReadBatchGuard(FreeBlockQueue[Any]):
                 last = block
             before: Block = tail.prev_free_block  # type: ignore[assignment]  # as in production
         except BaseException:
-            _unstage(tail, last)
+            unstage(tail, last)
             raise
         if last is not tail:
             first: Block = batch[0]

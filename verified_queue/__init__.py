@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from verified_queue import _switch
 from verified_queue import queue as _queue_module
-from verified_queue.block import Block, Linkable
+from verified_queue.block import COMPILED, Block, Linkable
 from verified_queue.errors import (
     AlreadyInQueueError,
     EmptyQueueError,
@@ -44,9 +44,6 @@ from verified_queue.errors import (
 )
 
 __version__ = "0.1.0"
-
-#: True when the hot module ``verified_queue.queue`` was loaded as a mypyc-compiled extension.
-COMPILED: bool = not (_queue_module.__file__ or "").endswith(".py")
 
 
 def _left_in_a_checkout(extension: str) -> str | None:

@@ -10,10 +10,9 @@ identity). They are called only on a path that is about to raise.
 from __future__ import annotations
 
 import operator
-from typing import Final, TypeVar
+from typing import TypeVar
 
-from verified_queue import block as _block_module
-from verified_queue.block import LINK_FIELDS, Block, Sentinel
+from verified_queue.block import COMPILED, LINK_FIELDS, Block, Sentinel
 from verified_queue.errors import (
     AlreadyInQueueError,
     EmptyQueueError,
@@ -38,9 +37,6 @@ __all__ = [
     "not_linked",
     "too_few_blocks",
 ]
-
-#: Whether the queue runs compiled: ``block.py`` is compiled with ``queue.py`` or not at all.
-_COMPILED: Final = not (_block_module.__file__ or "").endswith(".py")
 
 _Item = TypeVar("_Item")
 
@@ -131,7 +127,7 @@ def can_link(value: object) -> bool:
     """Whether this build can link ``value``: a Block, or (pure Python) anything with both links."""
     if issubclass(type(value), Block):  # the type itself: a proxy's __class__ may lie or raise
         return True
-    return not _COMPILED and _has_links(value)
+    return not COMPILED and _has_links(value)
 
 
 def first_unlinkable(batch: list[_Item]) -> object:

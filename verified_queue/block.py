@@ -12,11 +12,16 @@ reads the links as C struct fields, so it takes :class:`Block` subclasses only.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from verified_queue._compat import mypyc_attr
 
-__all__ = ["LINK_FIELDS", "Block", "Linkable", "Sentinel"]
+__all__ = ["COMPILED", "LINK_FIELDS", "Block", "Linkable", "Sentinel"]
+
+#: Whether the build is compiled: this module is compiled with ``queue.py`` and
+#: ``_undo.py`` or not at all, so its own file tells (an extension, not a ``.py``). The
+#: one place that asks; ``verified_queue.COMPILED`` is this value.
+COMPILED: Final = not __file__.endswith(".py")
 
 #: The two attributes the queue threads its list through, in vLLM's order.
 LINK_FIELDS = ("prev_free_block", "next_free_block")

@@ -54,7 +54,9 @@ Python 3.12+ run at a call or a loop's back edge). A finalizer may therefore
 take or free blocks of the queue while a batch is staged or refused; it sees
 the staged blocks as linked (freeing one again is a double free), and a
 checker it runs sees the tail's outer link set. A refused batch is undone by
-detaching the staged blocks: the queue itself was never written.
+detaching the staged blocks: the queue itself was never written. The undo's
+states, what each handler level keeps, and how many exceptions in a row it
+survives are stated once, in :mod:`verified_queue._undo`.
 
 Iteration (``iter(queue)``, :meth:`FreeBlockQueue.iter_blocks_after`) is live:
 it follows the links as they are when it resumes. A block the iteration stands
@@ -76,22 +78,17 @@ from verified_queue._compat import mypyc_attr
 from verified_queue._messages import (
     already_linked,
     batch_argument,
-    can_link,
     changed_during_iteration,
     count_argument,
     first_unlinkable,
-    lookup_error,
     lost_inner_link,
     not_a_block,
     not_linked,
     too_few_blocks,
 )
-from verified_queue.block import Block, Linkable, Sentinel
-from verified_queue.errors import (
-    EmptyQueueError,
-    NegativeCountError,
-    QueueError,
-)
+from verified_queue._undo import finish_unstage, means_not_a_block, relink_taken, unstage
+from verified_queue.block import COMPILED, Block, Linkable, Sentinel
+from verified_queue.errors import EmptyQueueError, NegativeCountError, QueueError
 
 __all__ = ["EMPTY_QUEUE_MESSAGE", "FreeBlockQueue"]
 
@@ -103,13 +100,10 @@ B = TypeVar("B", bound=Linkable)
 #: What ``popleft()`` on an empty queue says: vLLM's words, which its callers match.
 EMPTY_QUEUE_MESSAGE: Final = "No free blocks available"
 
-#: Whether this module runs compiled (its file is then an extension, not a .py).
-_COMPILED: Final = not __file__.endswith(".py")
-
 #: Whether a garbage collection that an allocation sets off waits for the interpreter's
 #: next checkpoint (a call, a loop's back edge) instead of running inside the allocation:
 #: interpreted code on Python 3.12+. Compiled code has no checkpoints of its own.
-_COLLECTS_AT_CHECKPOINTS: Final = not _COMPILED and sys.version_info >= (3, 12)
+_COLLECTS_AT_CHECKPOINTS: Final = not COMPILED and sys.version_info >= (3, 12)
 
 
 def _checkpoint() -> None:
@@ -390,9 +384,8 @@ class FreeBlockQueue(Generic[B]):
         if count > self.num_free_blocks:
             raise too_few_blocks(count, self.num_free_blocks)
         following: Block | None = None
-        # Three handlers deep, so that the undo runs whatever two exceptions arrive as the
-        # handlers begin (see the note above _not_a_block_error); each outer one finishes
-        # what an interrupt cut short of the one inside.
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
         undone = False
         try:
             try:
@@ -407,7 +400,7 @@ class FreeBlockQueue(Generic[B]):
                 except BaseException as error:
                     # A signal between two blocks, or a None link inside the counted run (I1
                     # broken by outside code): put every block taken so far back where it was.
-                    arrived = _relink_taken(head, popped, following)
+                    arrived = relink_taken(head, popped, following)
                     undone = True
                     if arrived is not None:
                         raise arrived  # noqa: B904 -- it carries the first error as its __context__
@@ -417,11 +410,11 @@ class FreeBlockQueue(Generic[B]):
             except BaseException as arrived:
                 if undone:
                     raise
-                raise _relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+                raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
         except BaseException as arrived:
             if undone:
                 raise
-            raise _relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+            raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
         # Splice the run out: the first kept block (or the tail) follows the head.
         head.next_free_block = block
         block.prev_free_block = head
@@ -528,8 +521,8 @@ class FreeBlockQueue(Generic[B]):
         # here and in prepend_n, not shared: a call per batch costs more than the loop
         # itself on the short batches a block pool frees.
         last: Block = tail
-        # Three handlers deep, as in popleft_n: the first undoes, the other two finish what
-        # an interrupt cut short of it.
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
         undone = False
         try:
             try:
@@ -548,19 +541,19 @@ class FreeBlockQueue(Generic[B]):
                     if before is None:
                         raise lost_inner_link("append_n", "tail")
                 except BaseException as error:
-                    _unstage(tail, last)
+                    unstage(tail, last)
                     undone = True
-                    if _not_a_block_error(error, batch, last, tail):
+                    if means_not_a_block(error, batch, last, tail):
                         raise not_a_block("append_n", first_unlinkable(batch)) from None
                     raise
             except BaseException as arrived:
                 if undone:
                     raise
-                raise _finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
+                raise finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
         except BaseException as arrived:
             if undone:
                 raise
-            raise _finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
+            raise finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
         if last is not tail:  # a batch was staged
             # Join the staged chain between the old back block and the tail: no call and no
             # allocation from the first write to the count, so nothing can see it half done.
@@ -596,8 +589,8 @@ class FreeBlockQueue(Generic[B]):
         if head.next_free_block is None:
             raise lost_inner_link("prepend_n", "head")
         last: Block = tail  # staged off the tail's outer link, as in append_n
-        # Three handlers deep, as in popleft_n: the first undoes, the other two finish what
-        # an interrupt cut short of it.
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
         undone = False
         try:
             try:
@@ -614,19 +607,19 @@ class FreeBlockQueue(Generic[B]):
                     if after is None:
                         raise lost_inner_link("prepend_n", "head")
                 except BaseException as error:
-                    _unstage(tail, last)
+                    unstage(tail, last)
                     undone = True
-                    if _not_a_block_error(error, batch, last, tail):
+                    if means_not_a_block(error, batch, last, tail):
                         raise not_a_block("prepend_n", first_unlinkable(batch)) from None
                     raise
             except BaseException as arrived:
                 if undone:
                     raise
-                raise _finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
+                raise finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
         except BaseException as arrived:
             if undone:
                 raise
-            raise _finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
+            raise finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
         if last is not tail:  # a batch was staged
             # Join the staged chain between the head and the old front, as in append_n.
             first: Block = batch[0]  # type: ignore[assignment]  # a Block: the loop took it as one
@@ -655,171 +648,7 @@ class FreeBlockQueue(Generic[B]):
         return found
 
 
-# The undos below run when an exception cut a batch short, and another one may arrive
-# while they run (Ctrl-C pressed twice, a repeating timer whose handler raises). Each is
-# therefore restartable: every write is idempotent and is made only if the link does not
-# hold its value yet, so a pass cut short after any write leaves a state the next pass
-# starts from, and progress kept in locals carries over. The retry loops are nested
-# because the interpreter may run a signal handler at a loop's back edge, outside its
-# try, and Python 3.10 also runs one as a handler begins, before its first line: what
-# it raises there skips that handler for the next one out. So the batch methods nest
-# three handlers, enough for a refusal followed by two interrupts. What arrived last is
-# raised in the end (with the earlier errors as its __context__): the undo completes,
-# and the interrupt is not swallowed.
-
-
-def _not_a_block_error(error: BaseException, batch: list[B], last: Block, staging: Block) -> bool:
-    """Whether ``error``, which cut a batch short, means an item is not a block we can link.
-
-    An ``AttributeError`` or ``TypeError`` from a link read or write does. So does
-    another exception if it is what looking up a link of the item the loop stood
-    on raises, again: the item after ``last`` (the last block staged, ``staging``
-    if none was), a proxy whose lookup raises ``KeyError``, say. A refusal does
-    not, nor an exception that arrived from outside (an interrupt), even just as
-    the loop reached a bad item: the interrupt is raised, not swallowed.
-    """
-    if isinstance(error, (AttributeError, TypeError)):
-        return True
-    if isinstance(error, QueueError):
-        # A refusal, of a block it read. (Answered here, not by the walk below: the proof
-        # translates this path, and has no invariant for that loop.)
-        return False
-    # The staged blocks are the batch's first ones, each once: ``last`` ends them.
-    reached = 0
-    if last is not staging:
-        while batch[reached] is not last:
-            reached += 1
-        reached += 1
-    return reached < len(batch) and lookup_error(batch[reached]) is type(error)
-
-
-def _finish_unstage(batch: list[B], staging: Block, arrived: BaseException) -> BaseException:
-    """Finish an undo that ``arrived`` cut short, retrying until done; return what arrived last.
-
-    Restartable: a call cut short at its very start, before its retry loops,
-    can be followed by another from the state it left.
-
-    The blocks the batch staged and ``_unstage`` has not detached yet are a
-    prefix of the batch that still chains by back links: ``batch[0]`` names
-    ``staging`` and each later block its predecessor in the batch (no block
-    outside the batch names them: they were detached), so the first block
-    that does not ends it. Detaching that prefix and clearing ``staging``'s
-    outer link restores the old state from any point of the walk (and of the
-    batch loop): the queue itself was never written.
-    """
-    linked = 0
-    while True:
-        try:
-            while True:
-                try:
-                    # A retry counts on from where the last pass stopped, and stops at once
-                    # if the detaching below has begun: it detaches batch[linked] before it
-                    # lowers ``linked``, and a detached block names no predecessor.
-                    while linked < len(batch):
-                        candidate: object = batch[linked]
-                        if not can_link(candidate):
-                            # Never staged. (Not read: a proxy's lookup may raise, and this
-                            # loop would retry on that error for ever.)
-                            break
-                        staged: Block = candidate  # type: ignore[assignment]  # can_link: a Block, or has links
-                        expected: object = staging if linked == 0 else batch[linked - 1]
-                        if staged.prev_free_block is not expected:
-                            break
-                        linked += 1
-                    # Back to front, as _unstage walks, so that a call cut short leaves
-                    # a shorter prefix, still chained, for the next call to find.
-                    while linked > 0:
-                        node: Block = batch[linked - 1]  # type: ignore[assignment]  # linked: a Block
-                        # I4: every block of the failed batch leaves detached again.
-                        if node.next_free_block is not None:
-                            node.next_free_block = None
-                        if node.prev_free_block is not None:
-                            node.prev_free_block = None
-                        linked -= 1
-                    # I1: the tail's outer link is None again. (Read with a default: a
-                    # queue whose tail outside code replaced must not make this loop retry
-                    # for ever on the same error.)
-                    if getattr(staging, "next_free_block", None) is not None:
-                        staging.next_free_block = None
-                    break
-                except BaseException as later:
-                    arrived = later
-            break
-        except BaseException as later:
-            arrived = later
-    return arrived
-
-
-def _unstage(staging: Block, last: Block) -> None:
-    """Undo a staged batch: detach ``staging.next .. last`` and clear ``staging``'s outer link.
-
-    Walks back from ``last`` over the blocks this batch staged, so it ends. Each
-    block's forward link is cleared before its back link, so a walk cut short
-    leaves every block it has not finished chained by its back link, which is
-    how ``_finish_unstage`` finds them to finish the work.
-    """
-    block = last
-    while block is not staging:
-        previous = block.prev_free_block
-        # I4: every block of the failed batch leaves detached again.
-        block.next_free_block = block.prev_free_block = None
-        block = previous  # type: ignore[assignment]  # set by the batch loop
-    # I1: the tail's outer link is None again.
-    staging.next_free_block = None
-
-
-def _relink_taken(head: Block, popped: list[B], following: Block | None) -> BaseException | None:
-    """Undo an interrupted ``popleft_n``, whatever arrives meanwhile; return what arrived.
-
-    Links the blocks taken so far back between ``head`` and the rest. The
-    head's link and the first kept block's back link are written only after
-    the loop, so they still hold. The last block taken still names its
-    successor unless the loop already cleared it, and then ``following``, read
-    just before, does. Returns the last exception that arrived while it ran,
-    or ``None``.
-    """
-    # Slots the loop did not reach still hold the None they were created with. (No call
-    # before the retry loops: a handler may run at any call.)
-    slots: list[Block | None] = popped  # type: ignore[assignment]
-    arrived: BaseException | None = None
-    taken = 0
-    relinked = 0
-    while True:
-        try:
-            while True:
-                try:
-                    # A retry recounts and rereads to the same values: nothing below writes
-                    # a slot, and ``last``'s forward link is written last, to ``successor``.
-                    while taken < len(slots) and slots[taken] is not None:
-                        taken += 1
-                    if taken == 0:
-                        break
-                    last: Block = slots[taken - 1]  # type: ignore[assignment]  # taken
-                    successor = last.next_free_block
-                    if successor is None:
-                        successor = following
-                    while relinked < taken:
-                        block: Block = slots[relinked]  # type: ignore[assignment]  # taken
-                        previous: Block = head if relinked == 0 else slots[relinked - 1]  # type: ignore[assignment]  # taken
-                        if block.prev_free_block is not previous:
-                            block.prev_free_block = previous
-                        if previous.next_free_block is not block:
-                            previous.next_free_block = block
-                        relinked += 1
-                    if last.next_free_block is not successor:
-                        last.next_free_block = successor
-                    if successor is not None and successor.prev_free_block is not last:
-                        successor.prev_free_block = last
-                    break
-                except BaseException as later:
-                    arrived = later
-            break
-        except BaseException as later:
-            arrived = later
-    return arrived
-
-
-if _COMPILED:
+if COMPILED:
     # mypyc gives the generic native class an instance dict: refuse what slots would refuse.
     from verified_queue._slotted import set_declared_attribute
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TypeVar
 
 from verified_queue._messages import first_unlinkable, not_a_block
+from verified_queue._undo import finish_unstage, means_not_a_block, unstage
 from verified_queue.block import Block
-from verified_queue.queue import _finish_unstage, _not_a_block_error, _unstage
 
 B = TypeVar("B", bound=Block)
 
@@ -27,9 +27,9 @@ def _undo_staged(
     planted copies of those methods, whose bugs lie elsewhere.
     """
     try:
-        _unstage(staging, last)
+        unstage(staging, last)
     except BaseException as again:
-        return _finish_unstage(batch, staging, again)
-    if _not_a_block_error(error, batch, last, staging):
+        return finish_unstage(batch, staging, again)
+    if means_not_a_block(error, batch, last, staging):
         return not_a_block(operation, first_unlinkable(batch))
     return error

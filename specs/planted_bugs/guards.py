@@ -15,9 +15,10 @@ from verified_queue._messages import (
     lost_inner_link,
     not_linked,
 )
+from verified_queue._undo import relink_taken
 from verified_queue.block import Block
 from verified_queue.errors import EmptyQueueError, NegativeCountError
-from verified_queue.queue import EMPTY_QUEUE_MESSAGE, FreeBlockQueue, _relink_taken
+from verified_queue.queue import EMPTY_QUEUE_MESSAGE, FreeBlockQueue
 
 __all__ = [
     "AppendGuardReadsNextOnly",
@@ -76,7 +77,7 @@ class PopleftNAllowsNegative(FreeBlockQueue[B]):
                 block.prev_free_block = block.next_free_block = None
                 block = following  # type: ignore[assignment]  # I1: set on every linked block
         except BaseException as error:
-            _relink_taken(head, popped, following)
+            relink_taken(head, popped, following)
             if isinstance(error, (AttributeError, TypeError)):
                 raise lost_inner_link("popleft_n", "head") from None
             raise

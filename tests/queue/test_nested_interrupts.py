@@ -23,6 +23,7 @@ import pytest
 
 import verified_queue
 from verified_queue import Block, FreeBlockQueue
+from verified_queue import _undo as undo_module
 from verified_queue import queue as queue_module
 from verified_queue.errors import AlreadyInQueueError, WrongTypeError
 from verified_queue.invariants import check_invariants
@@ -94,13 +95,13 @@ class Faults:
 
 @contextmanager
 def at_checkpoints(faults: Faults) -> Iterator[None]:
-    """Count every checkpoint the queue module's code passes, raising where ``faults`` says.
+    """Count every checkpoint the queue's and the undo's code passes, raising where ``faults`` says.
 
     A trace function that raises is uninstalled by the interpreter, which then drops the
     frame's local trace function: each frame gets its own, whose finalizer installs the
     tracer again, so that a second fault can be injected into the undo the first started.
     """
-    queue_file = queue_module.__file__
+    queue_files = {queue_module.__file__, undo_module.__file__}
     active = True
 
     class LocalTrace:
@@ -122,7 +123,7 @@ def at_checkpoints(faults: Faults) -> Iterator[None]:
                 sys.settrace(tracer)
 
     def tracer(frame: FrameType, event: str, _arg: object) -> Any:
-        if event == "call" and frame.f_code.co_filename == queue_file:
+        if event == "call" and frame.f_code.co_filename in queue_files:
             frame.f_trace_opcodes = True
             frame.f_trace = LocalTrace()  # held by the frame only (see above)
             faults.event()  # the function's start (RESUME), which no opcode event reports
@@ -140,9 +141,9 @@ def at_checkpoints(faults: Faults) -> Iterator[None]:
 
 #: The code names of the functions that undo a batch: the setters fail only when called from
 #: them, since a failing setter elsewhere is not an interrupt (and only the pure build takes
-#: such blocks). Mutation testing renames each copy it makes (``x__unstage__mutmut_7``), and
+#: such blocks). Mutation testing renames each copy it makes (``x_unstage__mutmut_7``), and
 #: the faults must fire in those copies as in the original, or no mutant of an undo is caught.
-UNDO_CODE_NAME = re.compile(r"(?:x_)?(?:_unstage|_finish_unstage|_relink_taken)(?:__mutmut_\w+)?")
+UNDO_CODE_NAME = re.compile(r"(?:x_)?(?:unstage|finish_unstage|relink_taken)(?:__mutmut_\w+)?")
 
 
 class SetterFaults:
@@ -333,7 +334,7 @@ def _staged_batch(kind: type) -> Undo:
         previous.next_free_block = block
         previous = block
     batch = [*blocks[3:7], blocks[1]]  # refused at blocks[1], linked in the queue
-    undo = lambda: queue_module._finish_unstage(batch, tail, Injected(0))  # noqa: E731
+    undo = lambda: undo_module.finish_unstage(batch, tail, Injected(0))  # noqa: E731
     return blocks, queue, undo, blocks[:3]
 
 
@@ -350,18 +351,18 @@ def _taken_run(kind: type) -> Undo:
         popped[index] = blocks[index]
         blocks[index].prev_free_block = blocks[index].next_free_block = None
     head = queue.fake_free_list_head
-    undo = lambda: queue_module._relink_taken(head, popped, blocks[3])  # noqa: E731
+    undo = lambda: undo_module.relink_taken(head, popped, blocks[3])  # noqa: E731
     return blocks, queue, undo, blocks[:6]
 
 
-UNDOS = {"_finish_unstage": _staged_batch, "_relink_taken": _taken_run}
+UNDOS = {"finish_unstage": _staged_batch, "relink_taken": _taken_run}
 
 
 def _raised_in_queue_module(error: BaseException) -> bool:
-    """Whether ``error``'s traceback passes through a frame of the queue module."""
+    """Whether ``error``'s traceback passes through a frame of the queue or its undo."""
     trace = error.__traceback__
     while trace is not None:
-        if trace.tb_frame.f_code.co_filename == queue_module.__file__:
+        if trace.tb_frame.f_code.co_filename in (queue_module.__file__, undo_module.__file__):
             return True
         trace = trace.tb_next
     return False
