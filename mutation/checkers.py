@@ -47,15 +47,17 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
         "verified_queue/invariants.py",
         [
             "tests/checks/test_invariants.py",
-            "tests/checks/test_heap_oracle.py",
+            "tests/checks/test_heap_oracle_exhaustive.py",
+            "tests/checks/test_heap_oracle_random.py",
+            "tests/checks/test_heap_oracle_weakened.py",
             "tests/checks/test_checker_diagnostics.py",
             "tests/checks/test_messages.py",
         ],
         # The randomized workloads and the 20,000-block ring cost a minute per surviving
         # mutant under mutmut's trampolines; the exhaustive oracle comparison stays in.
         [
-            "tests/checks/test_heap_oracle.py::test_checkers_agree_on_random_heaps",
-            "tests/checks/test_heap_oracle.py::test_relabelling_never_changes_a_verdict",
+            "tests/checks/test_heap_oracle_random.py::test_checkers_agree_on_random_heaps",
+            "tests/checks/test_heap_oracle_exhaustive.py::test_relabelling_never_changes_a_verdict",
             "tests/checks/test_invariants.py::test_no_false_positive",
             "tests/checks/test_invariants.py::test_checkers_end_on_long_ring",
         ],
@@ -72,12 +74,14 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "tests/checks/test_messages.py",
             "tests/checks/test_invariants.py",
             "tests/checks/test_fault_matrix.py",
-            "tests/checks/test_heap_oracle.py",
+            "tests/checks/test_heap_oracle_exhaustive.py",
+            "tests/checks/test_heap_oracle_random.py",
+            "tests/checks/test_heap_oracle_weakened.py",
         ],
         # As for invariants.py: the exhaustive oracle comparison, full_check's included, stays in.
         [
-            "tests/checks/test_heap_oracle.py::test_checkers_agree_on_random_heaps",
-            "tests/checks/test_heap_oracle.py::test_relabelling_never_changes_a_verdict",
+            "tests/checks/test_heap_oracle_random.py::test_checkers_agree_on_random_heaps",
+            "tests/checks/test_heap_oracle_exhaustive.py::test_relabelling_never_changes_a_verdict",
         ],
     ),
     # check mode's diagnosis, moved out of checked.py: the same tests kill its mutants.
@@ -110,7 +114,10 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     "pool": (
         "verified_queue/kvcache/pool.py",
         [
-            "tests/kvcache/test_pool.py",
+            "tests/kvcache/test_pool_caching.py",
+            "tests/kvcache/test_pool_misuse.py",
+            "tests/kvcache/test_pool_ownership.py",
+            "tests/kvcache/test_pool_model.py",
             "tests/kvcache/test_pool_interrupts.py",
             "tests/kvcache/test_pool_machine.py",
             "tests/kvcache/test_pool_contracts.py",
@@ -118,7 +125,7 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "tests/queue/test_copy_pickle.py",
             # Not tests/checks/test_trace.py: the trace level records the first frame outside
             # the library, which under mutmut is its trampoline, so that its claims fail on
-            # the unmutated pool. test_pool.py checks the pool's double-free note instead.
+            # the unmutated pool. test_pool_misuse.py checks the pool's double-free note instead.
         ],
         [],
     ),
@@ -152,7 +159,7 @@ def configure(work: Path, module: str) -> None:
         "[mutmut]\n"
         "source_paths = verified_queue/\n"
         f"only_mutate = {path}\n"
-        "also_copy =\n    specs/\n    tests/\n    README.md\n"
+        "also_copy =\n    specs/\n    conformance/\n    tests/\n    README.md\n"
         f"pytest_add_cli_args_test_selection ={selection}\n"
         + (f"pytest_add_cli_args ={deselected}\n" if left_out else ""),
         encoding="utf-8",

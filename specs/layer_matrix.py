@@ -7,7 +7,7 @@ bug is installed in ``invariants.py`` or ``checked.py``):
 
 - ``exhaustive``: :func:`specs.exhaustive.check_every_state` over 3 blocks, batches up to 2;
 - ``queue machine``, ``shared pool``, ``check mode``: the Hypothesis machines of
-  ``tests/verification/test_stateful.py`` (``QueueAcrossChanges``, the queue against its
+  ``tests/verification/test_stateful_*.py`` (``QueueAcrossChanges``, the queue against its
   model with walks held across changes and copies; ``SharedPool``; ``CheckedQueueMisuse``,
   check mode over the class, misused and damaged by its caller);
 - ``contracts``: the CrossHair contracts of :mod:`specs.contracts`, evaluated concretely on
@@ -116,9 +116,12 @@ def machine_fails(machine: type) -> bool:
     return False
 
 
-def _stateful() -> Any:
-    """The module of the stateful tests, where the queue machines live (imported when needed)."""
-    return importlib.import_module("tests.verification.test_stateful")
+def _stateful(module: str = "stateful_support") -> Any:
+    """A module of the stateful tests (imported when needed): by default what they share.
+
+    Each queue machine lives in a module of its own, which ``module`` names.
+    """
+    return importlib.import_module(f"tests.verification.{module}")
 
 
 def _checker_layers() -> Any:
@@ -136,15 +139,21 @@ def _exhaustive(queue_type: Queue) -> bool:
 
 
 def _queue_machine(queue_type: Queue) -> bool:
-    return machine_fails(_subclass(_stateful().QueueAcrossChanges, "queue_type", queue_type))
+    return machine_fails(
+        _subclass(_stateful("test_stateful_queue").QueueAcrossChanges, "queue_type", queue_type)
+    )
 
 
 def _shared_pool(queue_type: Queue) -> bool:
-    return machine_fails(_subclass(_stateful().SharedPool, "queue_type", queue_type))
+    return machine_fails(
+        _subclass(_stateful("test_stateful_shared_pool").SharedPool, "queue_type", queue_type)
+    )
 
 
 def _check_mode(queue_type: Queue) -> bool:
-    return machine_fails(_subclass(_stateful().CheckedQueueMisuse, "base_type", queue_type))
+    return machine_fails(
+        _subclass(_stateful("test_stateful_checked").CheckedQueueMisuse, "base_type", queue_type)
+    )
 
 
 @contextmanager

@@ -68,7 +68,7 @@ def test_draws_outside_fixed_draws_follow_the_imports(tmp_path: Path) -> None:
 
     def draws() -> list[int]:
         DrawsIntegers.drawn.clear()
-        importlib.import_module("tests.verification.test_stateful").run_machine(
+        importlib.import_module("tests.verification.stateful_support").run_machine(
             DrawsIntegers, settings=run
         )
         return list(DrawsIntegers.drawn)

@@ -1,6 +1,6 @@
 """The planted bugs themselves: each shows its one symptom, which the real queue does not.
 
-The layers' own tests (``test_stateful``, ``test_exhaustive``, ``test_contracts``) show that
+The layers' own tests (``test_stateful_*``, ``test_exhaustive``, ``test_contracts``) show that
 every layer reports every planted bug. These tests pin down what each bug *is*, so that a
 layer reporting it is reporting that defect, and a bug that stopped misbehaving (after a change
 to the production queue it copies from) would be noticed here first.
