@@ -6,7 +6,7 @@ shows them) and in README.md once before the build starts. README.md's
 examples are not on any page's own text: the pages that show them include them
 with ``pymdownx.snippets``, after this hook has seen the page, so each example
 runs exactly once. A failing example is a build error, so the published pages
-can only show output the code really produces. tests/cli/test_docs.py runs the
+can only show output the code really produces. tests/docs/test_docs.py runs the
 same examples in the test suite.
 """
 

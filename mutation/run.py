@@ -2,7 +2,7 @@
 
 ``tox -e mutation`` runs this from an empty directory. It copies the checkout's sources and
 tests there (mutmut writes a ``mutants/`` tree next to them, which must not land in the
-checkout), runs ``mutmut run`` over ``verified_queue/queue.py`` (configured in ``setup.cfg``)
+checkout), runs ``mutmut run`` over ``verified_queue/queue.py`` and ``_undo.py`` (``setup.cfg``)
 with the whole test suite, then fails unless
 
 - at least ``--threshold`` percent of the mutants are killed (a failing test, a timeout or a
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COPIED = [
     "verified_queue",
     "specs",
+    "conformance",
     "tests",
     "bench",
     "docs",
