@@ -10,15 +10,20 @@ command: it lives in the repository's ``bench/``, which the wheel does not ship
 Exit status: 0 when everything passed, 1 when a check found a fault,
 :data:`USAGE_ERROR` (2) for bad arguments (one line on stderr, no traceback),
 :data:`OUT_OF_MEMORY` (3) when the machine could not hold what the arguments
-asked for, :data:`INTERRUPTED` (130) when Ctrl-C stopped it (the demo prints its
+asked for, :data:`UNWRITABLE_OUTPUT` (74, sysexits' ``EX_IOERR``) when its output cannot be
+written (standard output closed, or a file that is full, such as ``/dev/full``),
+:data:`INTERRUPTED` (130) when Ctrl-C stopped it (the demo prints its
 report of the run so far first), and :data:`BROKEN_PIPE` (141) when the reader of
 its output went away (``... | head -1``): the statuses a shell reports for a
-command that SIGINT or SIGPIPE ended.
+command that SIGINT or SIGPIPE ended. None of them is 1, which says a check
+found a fault.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
 import platform
@@ -34,6 +39,7 @@ __all__ = [
     "COMMANDS",
     "INTERRUPTED",
     "OUT_OF_MEMORY",
+    "UNWRITABLE_OUTPUT",
     "USAGE_ERROR",
     "build_parser",
     "main",
@@ -42,6 +48,10 @@ __all__ = [
 
 #: Exit status when the run ran out of memory: too big for this machine, not a fault found.
 OUT_OF_MEMORY = 3
+#: Exit status when the output could not be written (sysexits.h's EX_IOERR): not a fault found.
+UNWRITABLE_OUTPUT = 74
+#: The errors of a write to standard output that mean it cannot take the output at all.
+_OUTPUT_ERRNOS = frozenset({errno.EBADF, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
 #: Exit status when Ctrl-C stopped the run (128 + SIGINT).
 INTERRUPTED = 130
 #: Exit status when the output's reader closed it, as ``head`` does (128 + SIGPIPE).
@@ -136,7 +146,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(arguments)
     _refuse_options_before_command(parser, arguments)
-    args = parser.parse_args(arguments)
+    try:
+        args = parser.parse_args(arguments)
+    except SystemExit as done:
+        # --help and --version print and exit here: flush now, where a failure is caught.
+        if done.code == 0 and sys.stdout is not None:
+            try:
+                sys.stdout.flush()
+            except OSError as error:
+                return _unwritable(error)
+        raise
+    if sys.stdout is None:  # started with its standard output closed (``>&-``)
+        return _unwritable(None)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; turn how it ended into the documented exit status."""
     out_of_memory = False
     try:
         build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
@@ -151,8 +177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader left: write the rest of the output nowhere (also what the
         # interpreter flushes at exit), and report it as a shell would.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_output()
         return BROKEN_PIPE
+    except OSError as error:
+        # The commands write no file but their output, so these errors are the output's.
+        if error.errno not in _OUTPUT_ERRNOS:
+            raise
+        return _unwritable(error)
     if out_of_memory:
         # Reported here, once the handler's frames (and all they allocated) are freed.
         command = f"{PROG} {args.command}" if args.command else PROG
@@ -163,6 +194,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return OUT_OF_MEMORY
     return status
+
+
+def _discard_output() -> None:
+    """Send what is left of the output nowhere, so that the flush at exit cannot fail again."""
+    # ValueError: no descriptor behind it, so nothing will be flushed there.
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _unwritable(error: OSError | None) -> int:
+    """Say on stderr, if it can, why the output could not be written; return the status.
+
+    ``error`` is what a write raised, ``None`` if standard output was closed from the start.
+    """
+    if error is None:
+        reason = "standard output is closed"
+    else:
+        _discard_output()
+        reason = error.strerror or str(error)
+    # AttributeError: stderr is closed too (None), and the status says it alone.
+    with contextlib.suppress(OSError, AttributeError):
+        print(f"{PROG}: cannot write its output: {reason}", file=sys.stderr)
+    return UNWRITABLE_OUTPUT
 
 
 if __name__ == "__main__":

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from verified_queue.__main__ import BROKEN_PIPE, INTERRUPTED, USAGE_ERROR, main
+from verified_queue.__main__ import (
+    BROKEN_PIPE,
+    INTERRUPTED,
+    UNWRITABLE_OUTPUT,
+    USAGE_ERROR,
+    main,
+)
 from verified_queue._switch import LEVELS
 from verified_queue.cli.demo import DemoConfig, run_demo
 from verified_queue.cli.simulation import MAX_WAITING, Simulation
@@ -52,6 +58,34 @@ def test_a_reader_that_leaves_early_ends_the_run_with_141_and_no_traceback() -> 
         assert child.wait(timeout=300) == BROKEN_PIPE, errors
     assert "Traceback" not in errors
     assert "Exception ignored" not in errors
+
+
+def _close_stdout() -> None:  # pragma: no cover -- runs in the child
+    """Start the child with its standard output closed, as a shell's ``>&-`` does."""
+    os.close(1)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("where", ["/dev/full", "closed"])
+@pytest.mark.parametrize("command", [[], ["demo", "--requests", "50"]], ids=["selfcheck", "demo"])
+def test_an_unwritable_output_ends_the_run_with_74_and_one_line(
+    where: str, command: list[str]
+) -> None:
+    """Output to a full file or a closed stdout: status 74 (not 1, a fault) and one line why."""
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "verified_queue", *command],
+            cwd=ROOT,
+            stdout=full if where == "/dev/full" else None,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_close_stdout if where == "closed" else None,
+            timeout=300,
+            check=False,
+        )
+    assert done.returncode == UNWRITABLE_OUTPUT, done.stderr
+    reason = "standard output is closed" if where == "closed" else "No space left on device"
+    assert done.stderr == f"python -m verified_queue: cannot write its output: {reason}\n"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
