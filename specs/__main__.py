@@ -3,14 +3,14 @@
 ``-I`` keeps the checkout off the front of ``sys.path``, so ``verified_queue`` is the
 installed build under test; the checkout is appended at the end, only to reach
 ``specs``, which the wheel does not ship. TOOL is a module of specs/ with a ``main``:
-``exhaustive``, ``bug_matrix``, ``proof``, ``crosshair_run``.
+``exhaustive``, ``bug_matrix``, ``proof``, ``crosshair_run``, ``interrupt_stress``.
 """
 
 import importlib
 import sys
 from pathlib import Path
 
-TOOLS = ("exhaustive", "bug_matrix", "proof", "crosshair_run")
+TOOLS = ("exhaustive", "bug_matrix", "proof", "crosshair_run", "interrupt_stress")
 
 # The checkout goes on the path in worker processes too: the exhaustive check spawns
 # workers, which import this file again (as __mp_main__) to unpickle their tasks.
