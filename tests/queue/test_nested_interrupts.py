@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import itertools
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -443,3 +444,53 @@ def _everywhere(faults: Faults) -> Iterator[None]:
 def test_exceptions_at_every_checkpoint_and_link_write_and_a_second_later(name: str) -> None:
     """An exception at any checkpoint or link write, and another at any later one, loses nothing."""
     _every_pair(_cases(FailingSetterBlock)[name], _everywhere)
+
+
+#: The calls an interrupt cuts short with nothing refused: the first exception is the interrupt.
+ACCEPTED = ("append_n", "prepend_n", "popleft_n")
+
+
+@pytest.mark.parametrize("kind", [Block, FailingSetterBlock], ids=["Block", "failing setters"])
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_three_exceptions_at_any_three_points_leave_all_undone_or_done(
+    name: str, kind: type
+) -> None:
+    """The contract's depth: any three exceptions in all, the one that cuts the call included."""
+    case = _cases(kind)[name]
+    counting = Faults()
+    assert _run(case, counting, _everywhere) == ""
+    # Past the undisturbed run's events: the undo's own, which only the earlier faults start.
+    events = range(1, counting.events + 8)
+    failures = [
+        failure
+        for chosen in itertools.combinations(events, 3)
+        if (failure := _run(case, Faults(frozenset(chosen)), _everywhere))
+    ]
+    assert not failures, f"{len(failures)} faulty outcomes, first: {failures[:3]}"
+
+
+@pytest.mark.parametrize(
+    ("name", "faults"),
+    [("append_n", 4), ("prepend_n", 4), ("popleft_n", 4), ("append_n refused", 3)],
+)
+def test_the_boundary_one_exception_more_can_damage_and_is_then_reported(
+    name: str, faults: int
+) -> None:
+    """Past the contract (a fourth exception, or a refusal and three) some burst damages the queue.
+
+    The burst is the shape a raising timer faster than the interpreter takes:
+    exceptions at consecutive checkpoints. This pins where the promise of
+    ``verified_queue._undo`` stops, so that a change that moves it fails here
+    and updates the contract; and every such damage is one ``check_invariants``
+    reports (``_run`` returns its message), never a silent one.
+    """
+    case = _cases(Block)[name]
+    counting = Faults()
+    assert _run(case, counting, at_checkpoints) == ""
+    outcomes = [
+        _run(case, Faults(frozenset(range(first, first + faults))), at_checkpoints)
+        for first in range(1, counting.events + 8)
+    ]
+    damaged = [outcome for outcome in outcomes if outcome]
+    assert damaged, f"no burst of {faults} damaged {name}: the contract's depth has moved"
+    assert all("broken" in outcome or "not all undone" in outcome for outcome in damaged)
