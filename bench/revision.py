@@ -49,21 +49,21 @@ def _show(revision: str, path: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def load_revision(revision: str) -> types.ModuleType:
-    """Execute the production queue of ``revision`` as a fresh module and return it.
+def load_modules(revision: str, names: tuple[str, ...]) -> dict[str, types.ModuleType]:
+    """Execute the package's modules ``names`` of ``revision`` as fresh modules; return them.
 
-    Its own modules (``queue.py``, and ``_undo.py`` where it has one) are loaded
-    under ``verified_queue.<name>_at_revision`` and cross-wired, so the revision's
-    ``queue.py`` finds the revision's undo; everything else it imports is the
-    installed package's.
+    Each is loaded as ``verified_queue.<name>_at_revision`` and, while the ones after
+    it run, stands in for ``verified_queue.<name>`` (in ``sys.modules`` and as the
+    package's attribute), so that the revision's modules import one another; whatever
+    else they import is the installed package's, and every installed module is back
+    in place afterwards. A name the revision has no file for is left out.
     """
-    if _show(revision, "verified_queue/queue.py") is None:
-        raise SystemExit(f"git revision {revision!r} has no verified_queue/queue.py")
     loaded: dict[str, types.ModuleType] = {}
-    saved = {name: sys.modules.get(f"verified_queue.{name}") for name in QUEUE_MODULES}
+    saved = {name: sys.modules.get(f"verified_queue.{name}") for name in names}
     try:
-        for name in QUEUE_MODULES:
-            source = _show(revision, f"verified_queue/{name}.py")
+        for name in names:
+            path = f"verified_queue/{name}.py"
+            source = _show(revision, path)
             if source is None:
                 continue
             module_name = f"verified_queue.{name}_at_revision"
@@ -71,18 +71,29 @@ def load_revision(revision: str) -> types.ModuleType:
             if spec is None:
                 raise SystemExit(f"no module spec for {module_name}")
             module = importlib.util.module_from_spec(spec)
-            module.__file__ = f"{revision}:verified_queue/{name}.py"
-            # The revision's queue imports ``verified_queue._undo``: it must find this one.
-            sys.modules[f"verified_queue.{name}"] = module
+            module.__file__ = f"{revision}:{path}"
             sys.modules[module_name] = module
+            sys.modules[f"verified_queue.{name}"] = module
+            setattr(verified_queue, name, module)
             exec(compile(source, module.__file__, "exec"), module.__dict__)
             loaded[name] = module
     finally:
-        for name, previous in saved.items():
-            if previous is None:
+        for name, installed in saved.items():
+            if installed is None:
                 sys.modules.pop(f"verified_queue.{name}", None)
+                if hasattr(verified_queue, name):
+                    delattr(verified_queue, name)
             else:
-                sys.modules[f"verified_queue.{name}"] = previous
+                sys.modules[f"verified_queue.{name}"] = installed
+                setattr(verified_queue, name, installed)
+    return loaded
+
+
+def load_revision(revision: str) -> types.ModuleType:
+    """Execute the production queue of ``revision`` (its ``queue.py`` and undo) and return it."""
+    loaded = load_modules(revision, QUEUE_MODULES)
+    if "queue" not in loaded:
+        raise SystemExit(f"git revision {revision!r} has no verified_queue/queue.py")
     return loaded["queue"]
 
 

@@ -14,14 +14,19 @@ operation compares blocks with ``==``. The names match vLLM's
 [2, 3, 1, 0]
 
 Check mode: ``CheckedFreeBlockQueue`` catches a corrupted queue at the
-operation that meets the damage. Setting ``VERIFIED_QUEUE_CHECKS=1`` (or
-``full``) in the environment before the package is imported binds
-``verified_queue.FreeBlockQueue`` to ``CheckedFreeBlockQueue``, for code that
-cannot be changed to build the checked class itself; ``trace`` binds it to
-``TracedFreeBlockQueue``, check mode whose errors also say where each block
-was last linked and unlinked (``verified_queue.traced``). The switch rebinds this
-name only: ``verified_queue.queue.FreeBlockQueue`` is always the production
-class, which holds no check and stays a plain (or mypyc-compiled) class.
+operation that meets the damage; its trace level, ``TracedFreeBlockQueue``
+(``verified_queue.traced``), also says where each block was last linked and
+unlinked. Setting ``VERIFIED_QUEUE_CHECKS=1`` (or ``full``) in the environment
+before the package is imported binds ``verified_queue.FreeBlockQueue`` to
+``CheckedFreeBlockQueue``, for code that cannot be changed to build the checked
+class itself; ``trace`` binds it to ``TracedFreeBlockQueue``. The switch rebinds
+this one name and no class: ``CheckedFreeBlockQueue`` is check mode at every
+level (under ``trace`` too, where it builds an untraced checked queue),
+``TracedFreeBlockQueue`` is always the trace level, and
+``verified_queue.queue.FreeBlockQueue`` is always the production class, which
+holds no check and stays a plain (or mypyc-compiled) class. Besides the name,
+``full`` sets one default: a checked queue built without ``full_check_every``
+runs the full check before every operation.
 """
 
 from __future__ import annotations
@@ -92,7 +97,8 @@ elif CHECK_LEVEL == "off":
     # loads a checker.
     FreeBlockQueue = _queue_module.FreeBlockQueue
 elif CHECK_LEVEL == "trace":
-    # The trace level: check mode plus the history of each block (loaded only here).
+    # The trace level: check mode plus the history of each block (loaded only here). The
+    # checked class stays check mode; only the exported name is bound to the traced one.
     from verified_queue.checked import CheckedFreeBlockQueue
     from verified_queue.traced import TracedFreeBlockQueue
 

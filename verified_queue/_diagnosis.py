@@ -6,6 +6,18 @@ fault (the invariant, where, what it read, what it expected) and raises, or
 returns, the :class:`~verified_queue.errors.QueueError` to raise. None runs on the
 happy path, so keeping them apart from the operations costs nothing.
 
+The names say which: a noun returns the error for the caller to raise
+(:func:`damaged`, :func:`unexplained`, :func:`not_a_member`,
+:func:`not_taken_from_here`); a verb raises. The verbs ``check_*`` (:func:`check_full`
+included) and
+:func:`expect_count` run only once an inline test has failed, so they always raise
+(``NoReturn``); :func:`expect_joined`, :func:`expect_linked_member` and
+:func:`reject_cleared_member` raise only if they find the fault they test.
+
+Each function is given what it reads: the queue, for its public attributes (the
+sentinels, the count, :meth:`~verified_queue.checked.CheckedFreeBlockQueue.full_check`),
+and the queue's membership, ``id(block) -> block``, where it needs to know a member.
+
 A docstring's I1, I2, I3 is the invariant of ``verified_queue.queue`` it finds
 broken. Check mode reads I3 (no block in two queues at once) through its
 membership: a block in the chain that this queue did not link breaks it.
@@ -13,13 +25,15 @@ membership: a block in the chain that this queue did not link breaks it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from verified_queue._messages import can_link, is_sentinel, not_a_block, not_linked
 from verified_queue.block import Block
 from verified_queue.errors import InvariantViolation, NotInQueueError, QueueError
 from verified_queue.invariants import (
     NO_LINK,
+    check_invariants,
     describe,
     is_block,
     violation,
@@ -29,9 +43,11 @@ if TYPE_CHECKING:
     from verified_queue.checked import CheckedFreeBlockQueue
 
 __all__ = [
+    "Members",
     "check_around",
     "check_back",
     "check_front",
+    "check_full",
     "damaged",
     "expect_count",
     "expect_joined",
@@ -41,6 +57,13 @@ __all__ = [
     "reject_cleared_member",
     "unexplained",
 ]
+
+#: This module's frames are the library's: the trace level records the first frame outside
+#: the library as an operation's caller (see ``verified_queue._trace_records``).
+__trace_library__ = True
+
+#: A checked queue's membership, ``id(block) -> block``.
+Members = Mapping[int, object]
 
 
 def damaged(queue: CheckedFreeBlockQueue[Any], where: str, error: Exception) -> QueueError:
@@ -111,26 +134,56 @@ def not_taken_from_here(
     )
 
 
-def expect_count(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
-    """I2: ``num_free_blocks`` equals the membership's size (a deleted count reads None).
+def expect_count(queue: CheckedFreeBlockQueue[Any], members: Members, where: str) -> NoReturn:
+    """I2: ``num_free_blocks`` equals the size of ``members`` (a deleted count reads None).
 
     Called only once an inline test has found the count wrong, so it always raises.
     """
     count = getattr(queue, "num_free_blocks", None)
     if count.__class__ is not int:
         raise violation("I2", where, "num_free_blocks", "an int", describe(count))
-    if count != len(queue._members):
+    if count != len(members):
         raise violation(
             "I2",
             where,
             "num_free_blocks",
-            f"{len(queue._members)} (the blocks this queue holds)",
+            f"{len(members)} (the blocks this queue holds)",
             repr(count),
         )
     raise unexplained(where)
 
 
-def check_front(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
+def check_full(queue: CheckedFreeBlockQueue[Any], members: Members) -> NoReturn:
+    """Find and raise the fault the one-walk test of the full check found.
+
+    Runs :func:`~verified_queue.invariants.check_invariants`, the count, then the walk
+    against ``members``; if all of that passes, the one-walk test's fault is unexplained.
+    """
+    where = "the full check"
+    check_invariants(queue)
+    count = queue.num_free_blocks
+    if count.__class__ is not int or count != len(members):
+        expect_count(queue, members, where)
+    tail = queue.fake_free_list_tail
+    # check_invariants passed, so the chain is n distinct blocks ending at the tail,
+    # and n == len(members): the chain is the membership iff each block is a member.
+    block = queue.fake_free_list_head.next_free_block
+    position = 1
+    while block is not tail:
+        if id(block) not in members:
+            raise violation(
+                "I3",
+                f"position {position} of the forward walk (head = 0)",
+                f"membership of {describe(block)}",
+                "a block this queue linked itself",
+                "a block linked in by outside code",
+            )
+        block = block.next_free_block  # type: ignore[union-attr]  # checked above
+        position += 1
+    raise unexplained(where)
+
+
+def check_front(queue: CheckedFreeBlockQueue[Any], members: Members, where: str) -> NoReturn:
     """I1, I2: find the fault an inline test of the front found, walking from the head.
 
     Each node must be a member whose back link names the node before it, up
@@ -157,7 +210,7 @@ def check_front(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
         node = previous.next_free_block
         if node is tail:
             break
-        expect_linked_member(queue, node, previous, position, where)
+        expect_linked_member(queue, members, node, previous, position, where)
         previous = node  # type: ignore[assignment]  # a member, so a Block
         position += 1
     if tail.next_free_block is not None:
@@ -169,7 +222,7 @@ def check_front(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
             NO_LINK,
             describe(tail.next_free_block, head, tail),
         )
-    if position - 1 != len(queue._members):
+    if position - 1 != len(members):
         # The links agree up to the tail, but the chain is not the membership.
         raise violation(
             "I2",
@@ -181,11 +234,16 @@ def check_front(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
     raise unexplained(where)
 
 
-def expect_linked_member(
-    queue: CheckedFreeBlockQueue[Any], node: object, previous: Block, position: int, where: str
+def expect_linked_member(  # noqa: PLR0917 -- one step of a walk: queue, membership, link, place
+    queue: CheckedFreeBlockQueue[Any],
+    members: Members,
+    node: object,
+    previous: Block,
+    position: int,
+    where: str,
 ) -> None:
     """I1: ``node``, the successor of ``previous``, is a member linking back to it."""
-    if not queue._is_member(node):
+    if id(node) not in members:
         head = queue.fake_free_list_head
         raise violation(
             "I1",
@@ -207,7 +265,7 @@ def expect_linked_member(
         )
 
 
-def check_back(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
+def check_back(queue: CheckedFreeBlockQueue[Any], members: Members, where: str) -> NoReturn:
     """I1, I2: check the tail and the block before it, in O(1).
 
     Called only once an inline test has found the back end wrong, so it always raises.
@@ -219,7 +277,7 @@ def check_back(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
     found: object
     if after_tail is not None:
         what, expected, found = "next_free_block", "None", after_tail
-    elif last is not head and not queue._is_member(last):
+    elif last is not head and id(last) not in members:
         what, expected, found = (
             "prev_free_block",
             "one of this queue's blocks or its head",
@@ -227,7 +285,7 @@ def check_back(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
         )
     elif last.next_free_block is not tail:  # type: ignore[union-attr]  # head or a member
         what, expected, found = "prev_free_block", "a block followed by the tail", last
-    elif last is head and queue._members:
+    elif last is head and members:
         # A member before the tail needs no count test here: it proves members exist.
         raise violation(
             "I2",
@@ -247,7 +305,9 @@ def check_back(queue: CheckedFreeBlockQueue[Any], where: str) -> None:
     )
 
 
-def check_around(queue: CheckedFreeBlockQueue[Any], block: Block, where: str) -> None:
+def check_around(
+    queue: CheckedFreeBlockQueue[Any], members: Members, block: Block, where: str
+) -> NoReturn:
     """I1: a member's two neighbours are this queue's and link back to it.
 
     Called only once an inline test has found one of them wrong, so it always raises.
@@ -260,7 +320,7 @@ def check_around(queue: CheckedFreeBlockQueue[Any], block: Block, where: str) ->
         ("prev_free_block", before, head, "next_free_block"),
         ("next_free_block", after, tail, "prev_free_block"),
     ):
-        if neighbour is not end and not queue._is_member(neighbour):
+        if neighbour is not end and id(neighbour) not in members:
             raise violation(
                 "I1",
                 where,
@@ -280,9 +340,9 @@ def check_around(queue: CheckedFreeBlockQueue[Any], block: Block, where: str) ->
     raise unexplained(where)
 
 
-def reject_cleared_member(queue: CheckedFreeBlockQueue[Any], block: Any, where: str) -> None:
+def reject_cleared_member(members: Members, block: Any, where: str) -> None:
     """I1: a member whose links outside code cleared must not be linked a second time."""
-    if block.prev_free_block is None and block.next_free_block is None and queue._is_member(block):
+    if block.prev_free_block is None and block.next_free_block is None and id(block) in members:
         raise violation(
             "I1",
             where,
@@ -293,7 +353,7 @@ def reject_cleared_member(queue: CheckedFreeBlockQueue[Any], block: Any, where: 
 
 
 def not_a_member(
-    queue: CheckedFreeBlockQueue[Any], block: object, operation: str = "remove"
+    queue: CheckedFreeBlockQueue[Any], members: Members, block: object, operation: str = "remove"
 ) -> QueueError:
     """The error for a non-member where a member is needed (foreign, detached, spliced in)."""
     if is_sentinel(block):  # not isinstance: a hostile proxy's __class__ may raise
@@ -308,7 +368,7 @@ def not_a_member(
         return NotInQueueError(f"{operation}: the block is not linked in a queue")
     if (
         is_block(before)
-        and (before is queue.fake_free_list_head or queue._is_member(before))
+        and (before is queue.fake_free_list_head or id(before) in members)
         and before.next_free_block is block  # type: ignore[attr-defined]  # is_block
     ):
         # Linked into this queue's chain, but never by this queue.

@@ -6,6 +6,12 @@ carries a :class:`History`. This module holds those types, the walk that finds t
 caller (the first frame outside the library) and the helpers that turn records into
 report lines; :mod:`verified_queue.traced` holds the queue that keeps them. Both are
 loaded only when the trace level is used.
+
+The library is marked by its modules themselves: a module whose frames are not the
+caller a record should name (the queue and its undo, check mode, the trace level, the
+block pool and its keys, the vLLM adapters) sets ``__trace_library__ = True``
+(:data:`LIBRARY_FLAG`) at its top level. Any other module is a caller, the package's
+own command line (``verified_queue.cli``) included.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Union
 
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
 __all__ = [
+    "LIBRARY_FLAG",
     "BlockHistory",
     "Caller",
     "History",
@@ -34,9 +41,9 @@ __all__ = [
     "Record",
     "Recorded",
     "Records",
+    "add_lines",
     "count_write_line",
     "drop_oldest_held",
-    "extend_message",
     "find_caller",
     "forget_when_dead",
     "is_library",
@@ -46,13 +53,14 @@ __all__ = [
     "thread_name",
 ]
 
+#: This module's frames are the library's (the flag it defines).
+__trace_library__ = True
 
-_PACKAGE_DIRECTORY: Final = os.path.dirname(os.path.abspath(__file__))
-#: The library's directories: a frame whose file is directly in one of them is not a caller.
-_LIBRARY_DIRECTORIES: Final = frozenset(
-    {_PACKAGE_DIRECTORY, os.path.join(_PACKAGE_DIRECTORY, "kvcache")}
-)
-# filename -> whether it belongs to the library; filled on first sight of each file.
+#: The top-level name a module of the library sets to ``True``: its frames are not callers.
+LIBRARY_FLAG: Final = "__trace_library__"
+
+# co_filename -> whether that file is a module of the library; filled on first sight of
+# each file, so that the walk of every traced operation reads one dict per frame.
 _in_library: dict[str, bool] = {}
 
 #: A caller: the file, line and function of the first frame outside the library.
@@ -131,7 +139,7 @@ class History(NamedTuple):
     blocks the error is about; ``count_written`` the last write of
     ``num_free_blocks`` from outside the queue, if any; ``recent`` the
     queue's last operations, oldest first, on damage found by a check
-    (empty otherwise); ``lines`` the lines added to the message.
+    (empty otherwise); ``lines`` the lines added to the error (:func:`add_lines`).
     """
 
     call: Operation
@@ -150,12 +158,19 @@ def short_path(filename: str) -> str:
     return filename if relative.startswith(os.pardir) else Path(relative).as_posix()
 
 
-def is_library(filename: str) -> bool:
-    """Whether ``filename`` is one of the library's modules (cached per file)."""
+def is_library(frame: FrameType) -> bool:
+    """Whether ``frame`` runs the code of a module of the library (cached per file).
+
+    A module of the library sets :data:`LIBRARY_FLAG`; its globals are the frame's,
+    and its ``__file__`` is the code's own file. Both are needed: a doctest of a
+    library module runs in a copy of the module's globals, and is a caller.
+    """
+    filename = frame.f_code.co_filename
     inside = _in_library.get(filename)
     if inside is None:
+        module = frame.f_globals
         inside = _in_library[filename] = (
-            os.path.dirname(os.path.abspath(filename)) in _LIBRARY_DIRECTORIES
+            module.get(LIBRARY_FLAG) is True and module.get("__file__") == filename
         )
     return inside
 
@@ -169,7 +184,7 @@ def find_caller() -> Caller:
         filename = code.co_filename
         inside = in_library.get(filename)
         if inside is None:
-            inside = is_library(filename)
+            inside = is_library(frame)
         if not inside:
             return filename, frame.f_lineno, code.co_name
         frame = frame.f_back
@@ -197,11 +212,19 @@ def thread_name() -> str:
     return threading.current_thread().name
 
 
-def extend_message(error: QueueError, lines: list[str]) -> None:
-    """Append ``lines`` to the message of ``error``, each on its own indented line."""
-    message = str(error)
-    text = message + "".join(f"\n  {line}" for line in lines)
-    error.args = (text, *error.args[1:])
+def add_lines(error: QueueError, lines: Iterable[str]) -> None:
+    """Add ``lines`` to ``error`` where its traceback shows them: each indented, on its own line.
+
+    On Python 3.11+ each is a note (PEP 678, ``error.__notes__``), so ``str(error)``
+    stays the message the error was raised with, which vLLM's callers match; on 3.10,
+    which has no notes, they are appended to the message itself (``error.args``).
+    """
+    if sys.version_info >= (3, 11):
+        for line in lines:
+            error.add_note(f"  {line}")
+    else:
+        text = str(error) + "".join(f"\n  {line}" for line in lines)
+        error.args = (text, *error.args[1:])
 
 
 def forget_when_dead(records: dict[int, Record], key: int) -> Callable[[weakref.ref[Any]], None]:

@@ -69,6 +69,9 @@ from verified_queue.errors import QueueError
 
 __all__ = ["finish_unstage", "means_not_a_block", "relink_taken", "unstage"]
 
+#: This module's frames are the library's (see ``verified_queue._trace_records``).
+__trace_library__ = True
+
 B = TypeVar("B", bound=Linkable)
 
 

@@ -30,6 +30,10 @@ only when a test fails; they link through the production queue's methods,
 resolved once per class (``_super_popleft`` and so on). Why each of these holds,
 and what it costs: "What check mode does" and "What it costs" in docs/check-mode.md.
 
+This class is check mode and nothing else, whatever ``VERIFIED_QUEUE_CHECKS``
+says: the trace level is its subclass ``TracedFreeBlockQueue``
+(:mod:`verified_queue.traced`), which this module does not import.
+
 The class keeps to the production queue's public attributes, so it also
 subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
 ``allow_interpreted_subclasses``); its own state lives in ``__slots__``.
@@ -44,14 +48,14 @@ from verified_queue import _diagnosis, _switch
 from verified_queue._messages import batch_argument, count_argument, has_unlinkable
 from verified_queue.block import Block, Linkable
 from verified_queue.errors import NotInQueueError, QueueError
-from verified_queue.invariants import (
-    check_invariants,
-    describe,
-    violation,
-)
+from verified_queue.invariants import describe, violation
 from verified_queue.queue import FreeBlockQueue
 
 __all__ = ["DEFAULT_FULL_CHECK_EVERY", "MIN_FULL_CHECK_PERIOD", "CheckedFreeBlockQueue"]
+
+#: This module's frames are the library's: the trace level records the first frame outside
+#: the library as an operation's caller (see ``verified_queue._trace_records``).
+__trace_library__ = True
 
 #: The adaptive period's floor: with ``full_check_every=None`` the full check runs
 #: every ``max(MIN_FULL_CHECK_PERIOD, len(queue))`` operations.
@@ -105,8 +109,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     _until_full_check: list[int]
     _full_check_every: int | None
 
-    # The linking methods super() reaches from this class; __init_subclass__ re-resolves
-    # them for every subclass, whose MRO may put another FreeBlockQueue subclass next.
+    # The linking methods super() reaches from here, re-resolved by __init_subclass__ for
+    # each subclass (its MRO may put another class next); once, because a super() call
+    # builds a proxy each time on 3.10 and 3.11. 3.12's LOAD_SUPER_ATTR builds none: when
+    # 3.11 goes, plain super() calls replace these (and the trace level's _checked_*).
     _super_popleft = FreeBlockQueue.popleft
     _super_popleft_n = FreeBlockQueue.popleft_n
     _super_remove = FreeBlockQueue.remove
@@ -121,35 +127,11 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         for name in _LINKING_METHODS:
             setattr(cls, f"_super_{name}", getattr(after_check_mode, name))
 
-    def __new__(
-        cls,
-        blocks: Iterable[B] = (),  # noqa: ARG004 -- for __init__
-        *,
-        full_check_every: int | None = None,  # noqa: ARG004 -- for __init__
-        trace: bool | int | None = None,
-    ) -> CheckedFreeBlockQueue[B]:
-        """Build the trace level's subclass for ``trace=True`` (or ``trace=N``, the ring's length).
-
-        ``trace`` not given traces under ``VERIFIED_QUEUE_CHECKS=trace`` only;
-        see :class:`verified_queue.traced.TracedFreeBlockQueue`, loaded only then.
-        """
-        if trace is False or (trace is None and _switch.CHECK_LEVEL != "trace"):
-            return super().__new__(cls)
-        from verified_queue.traced import traced_class  # noqa: PLC0415 -- the level loads lazily
-
-        return super().__new__(traced_class(cls, trace))
-
-    def __init__(
-        self,
-        blocks: Iterable[B] = (),
-        *,
-        full_check_every: int | None = None,
-        trace: bool | int | None = None,  # noqa: ARG002 -- read by __new__
-    ) -> None:
+    def __init__(self, blocks: Iterable[B] = (), *, full_check_every: int | None = None) -> None:
         """Link ``blocks`` front to back, as :class:`FreeBlockQueue` does, with checks on.
 
         Raises ``ValueError`` unless ``full_check_every`` is ``None`` or an
-        int >= 0. ``trace`` selects the trace level (see ``__new__``).
+        int >= 0.
 
         Runtime complexity: O(n)
         """
@@ -204,8 +186,36 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         else:
             self.full_check()
 
+    # Every operation starts with _begin (the count test, a tick of the full-check countdown)
+    # and every mutation ends with _check_count; both raise only QueueError, or the damage
+    # errors the operation's handler converts. popleft, append and remove keep inline copies:
+    # as calls they cost 13-22% of such an operation on 3.11 (about 23 ns each of ~300 ns,
+    # bench/check_mode_revision.py); a batch pays 3-4% at 10 blocks, noise from 50.
+
+    def _begin(self, where: str) -> dict[int, B]:
+        """Test the count against the membership, tick the countdown; return the membership.
+
+        ``where`` names the start of the operation in a diagnostic.
+        """
+        members = self._members
+        count = self.num_free_blocks
+        if count.__class__ is not int or count != len(members):
+            _diagnosis.expect_count(self, members, where)
+        until = self._until_full_check
+        countdown = until[0] - 1
+        until[0] = countdown
+        if countdown <= 0:
+            self._period_over()
+        return members
+
+    def _check_count(self, members: dict[int, B], where: str) -> None:
+        """Test ``num_free_blocks`` against the size of ``members``, this queue's membership."""
+        count = self.num_free_blocks
+        if count.__class__ is not int or count != len(members):
+            _diagnosis.expect_count(self, members, where)
+
     def full_check(self) -> None:
-        """Check what :func:`check_invariants` checks, and the walk against this queue's membership.
+        """Check what ``check_invariants`` checks, and the walk against this queue's membership.
 
         Raises :class:`InvariantViolation` on any damage. Runs by itself every
         ``full_check_every`` operations; call it by hand after suspect code.
@@ -222,8 +232,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         verified_queue.errors.InvariantViolation: I1 (sentinel_linkage) broken at position 1...
         """
         if not self._chain_is_membership():
-            self._diagnose_full_check()
-            raise _diagnosis.unexplained("the full check")
+            _diagnosis.check_full(self, self._members)
         self._until_full_check[0] = self._next_period()
 
     def _chain_is_membership(self) -> bool:
@@ -263,32 +272,6 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         except (AttributeError, TypeError):  # a deleted slot or sentinel, a count that is no int
             return False
 
-    def _diagnose_full_check(self) -> None:
-        """Find and raise the fault the one-walk test of :meth:`full_check` found.
-
-        Runs :func:`check_invariants`, then checks the walk against the membership.
-        """
-        check_invariants(self)
-        members = self._members
-        if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-            _diagnosis.expect_count(self, "the full check")
-        tail = self.fake_free_list_tail
-        # check_invariants passed, so the chain is n distinct blocks ending at the tail,
-        # and n == len(members): the chain is the membership iff each block is a member.
-        block = self.fake_free_list_head.next_free_block
-        position = 1
-        while block is not tail:
-            if id(block) not in members:
-                raise violation(
-                    "I3",
-                    f"position {position} of the forward walk (head = 0)",
-                    f"membership of {describe(block)}",
-                    "a block this queue linked itself",
-                    "a block linked in by outside code",
-                )
-            block = block.next_free_block  # type: ignore[union-attr]  # checked above
-            position += 1
-
     # ------------------------------------------------------ O(1) neighbourhood
 
     def _is_member(self, node: object) -> bool:
@@ -302,22 +285,21 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
 
         Runtime complexity: O(1)
         """
-        # None: a count deleted by outside code, refused just below.
-        count: int = getattr(self, "num_free_blocks", None)  # type: ignore[assignment]
-        if count.__class__ is not int or count != len(self._members):
-            _diagnosis.expect_count(self, "len()")
-        return count
+        return self._checked_count("len()")
 
     def __bool__(self) -> bool:
         """Return whether any block is free, after checking the count.
 
         Runtime complexity: O(1)
         """
-        # None: a count deleted by outside code, refused just below.
+        return self._checked_count("bool()") != 0
+
+    def _checked_count(self, where: str) -> int:
+        """``num_free_blocks``, once tested against the membership (a deleted one refused)."""
         count: int = getattr(self, "num_free_blocks", None)  # type: ignore[assignment]
         if count.__class__ is not int or count != len(self._members):
-            _diagnosis.expect_count(self, "bool()")
-        return count != 0
+            _diagnosis.expect_count(self, self._members, where)
+        return count
 
     def __contains__(self, block: object) -> bool:
         """Return whether ``block`` itself is in this queue, from the membership.
@@ -355,26 +337,19 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         amortized O(1) full check
         """
         try:
-            members = self._members
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the start of iter_blocks_after()")
-            until = self._until_full_check
-            countdown = until[0] - 1
-            until[0] = countdown
-            if countdown <= 0:
-                self._period_over()
+            members = self._begin("the start of iter_blocks_after()")
             if cursor is None or cursor is self.fake_free_list_head:
                 return self._iterate(self.fake_free_list_head, "iteration")
             if cursor is self.fake_free_list_tail:
                 return iter(())
             if id(cursor) not in members:
-                raise _diagnosis.not_a_member(self, cursor, "iter_blocks_after")
+                raise _diagnosis.not_a_member(self, members, cursor, "iter_blocks_after")
             # The walk checks the links after the cursor; its link back is checked here.
             before = cursor.prev_free_block
             if (
                 id(before) not in members and before is not self.fake_free_list_head
             ) or before.next_free_block is not cursor:  # type: ignore[union-attr]  # member or head
-                _diagnosis.check_around(self, cursor, "the start of iter_blocks_after()")  # type: ignore[arg-type]  # a member, so a Block
+                _diagnosis.check_around(self, members, cursor, "the start of iter_blocks_after()")  # type: ignore[arg-type]  # a member, so a Block
             return self._iterate(cursor, "iteration after a cursor")  # type: ignore[arg-type]  # a member, so a Block
         except QueueError:
             raise
@@ -388,6 +363,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         ``where`` names the walk in diagnostics; positions count from ``start``.
         """
         try:
+            members = self._members
             tail = self.fake_free_list_tail
             block: Block = start
             position = 0
@@ -395,7 +371,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             # links would be walked for ever: once a walk outlasts the membership, the full
             # check (which sees a ring) runs, and again after as many steps more. A queue that
             # grows under the iteration passes it, so a live walk is never cut short.
-            until_full_check = len(self._members) + 1
+            until_full_check = len(members) + 1
             while True:
                 following = block.next_free_block
                 position += 1
@@ -404,11 +380,11 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 until_full_check -= 1
                 if until_full_check < 0:
                     self.full_check()
-                    until_full_check = len(self._members) + 1
-                _diagnosis.expect_linked_member(self, following, block, position, where)
+                    until_full_check = len(members) + 1
+                _diagnosis.expect_linked_member(self, members, following, block, position, where)
                 block = following  # type: ignore[assignment]  # a member, so a Block
                 yield block  # type: ignore[misc]  # a member, so a B
-                if not self._is_member(block):
+                if id(block) not in members:
                     raise NotInQueueError(
                         f"{describe(block)} left the queue while an iteration stood on it"
                     )
@@ -426,8 +402,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         self.full_check()
         return super().get_all_free_blocks()
 
-    # Every mutation starts alike: the count check, then a tick of the full-check
-    # countdown. The links of a node are read only once membership (or being a
+    # Every mutation starts with _begin and ends with _check_count, or with their inline
+    # forms (see _begin). The links of a node are read only once membership (or being a
     # sentinel) shows it is a Block; until then it may be anything outside code wrote.
 
     def popleft(self) -> B:
@@ -436,9 +412,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
         try:
+            # The inline form of _begin(): 13-22% of this operation as a call (see _begin).
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the start of popleft()")
+                _diagnosis.expect_count(self, members, "the start of popleft()")
             until = self._until_full_check
             countdown = until[0] - 1
             until[0] = countdown
@@ -469,14 +446,14 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     and tail.next_free_block is None
                 )
             if not sound:
-                _diagnosis.check_front(self, "the start of popleft()")
+                _diagnosis.check_front(self, members, "the start of popleft()")
             block = self._super_popleft()
             if members.pop(id(block), None) is None:
                 raise _diagnosis.not_taken_from_here(self, block, "the end of popleft()")
             if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
-                _diagnosis.check_front(self, "the end of popleft()")
+                _diagnosis.check_front(self, members, "the end of popleft()")
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the end of popleft()")
+                _diagnosis.expect_count(self, members, "the end of popleft()")
             return block
         except QueueError:
             raise
@@ -487,7 +464,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
     def _front_is_sound(self, steps: int) -> bool:
         """I1, I2: the first ``steps`` blocks and the node after them are sound, in O(steps).
 
-        The inline test of ``_check_front``'s walk, stopped after ``steps + 1`` nodes.
+        The inline test of the walk of :func:`verified_queue._diagnosis.check_front`,
+        stopped after ``steps + 1`` nodes.
         """
         members = self._members
         head = self.fake_free_list_head
@@ -514,25 +492,17 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         # is raised as the production queue raises it, not taken for damage.
         count = count_argument("popleft_n", n)
         try:
-            members = self._members
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the start of popleft_n()")
-            until = self._until_full_check
-            countdown = until[0] - 1
-            until[0] = countdown
-            if countdown <= 0:
-                self._period_over()
+            members = self._begin("the start of popleft_n()")
             # Out of range, the production queue refuses the count itself.
             if 0 <= count <= len(members) and not self._front_is_sound(count):
-                _diagnosis.check_front(self, "the start of popleft_n()")
+                _diagnosis.check_front(self, members, "the start of popleft_n()")
             popped = self._super_popleft_n(count)
             for block in popped:
                 if members.pop(id(block), None) is None:
                     raise _diagnosis.not_taken_from_here(self, block, "the end of popleft_n()")
             if not self._front_is_sound(0):
-                _diagnosis.check_front(self, "the end of popleft_n()")
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the end of popleft_n()")
+                _diagnosis.check_front(self, members, "the end of popleft_n()")
+            self._check_count(members, "the end of popleft_n()")
             return popped
         except QueueError:
             raise
@@ -551,9 +521,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
         try:
+            # The inline form of _begin(): 13-22% of this operation as a call (see _begin).
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the start of remove()")
+                _diagnosis.expect_count(self, members, "the start of remove()")
             until = self._until_full_check
             countdown = until[0] - 1
             until[0] = countdown
@@ -561,7 +532,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 self._period_over()
             block_id = id(block)
             if block_id not in members:
-                raise _diagnosis.not_a_member(self, block)
+                raise _diagnosis.not_a_member(self, members, block)
             before = block.prev_free_block
             after = block.next_free_block
             if not (
@@ -570,7 +541,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 and before.next_free_block is block  # type: ignore[union-attr]  # member or sentinel
                 and after.prev_free_block is block  # type: ignore[union-attr]  # member or sentinel
             ):
-                _diagnosis.check_around(self, block, "the start of remove()")  # type: ignore[arg-type]  # a member, so a Block
+                _diagnosis.check_around(self, members, block, "the start of remove()")  # type: ignore[arg-type]  # a member, so a Block
             self._super_remove(block)
             del members[block_id]
             if before.next_free_block is not after or after.prev_free_block is not before:  # type: ignore[union-attr]  # checked
@@ -582,7 +553,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",  # type: ignore[union-attr]  # checked
                 )
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the end of remove()")
+                _diagnosis.expect_count(self, members, "the end of remove()")
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
@@ -605,9 +576,10 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         Runtime complexity: O(1), plus the amortized O(1) full check
         """
         try:
+            # The inline form of _begin(): 13-22% of this operation as a call (see _begin).
             members = self._members
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the start of append()")
+                _diagnosis.expect_count(self, members, "the start of append()")
             until = self._until_full_check
             countdown = until[0] - 1
             until[0] = countdown
@@ -616,17 +588,17 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             block_id = id(block)
             if block_id in members:
                 # Still linked, the production guard refuses it; cleared, this refuses it.
-                _diagnosis.reject_cleared_member(self, block, "the start of append()")
+                _diagnosis.reject_cleared_member(members, block, "the start of append()")
             # The inline form of _back_is_sound().
             tail = self.fake_free_list_tail
             last = tail.prev_free_block
             if id(last) in members:
                 if last.next_free_block is not tail or tail.next_free_block is not None:  # type: ignore[union-attr]  # a member
-                    _diagnosis.check_back(self, "the start of append()")
+                    _diagnosis.check_back(self, members, "the start of append()")
             elif (
                 last is not self.fake_free_list_head or members or tail.next_free_block is not None
             ):
-                _diagnosis.check_back(self, "the start of append()")
+                _diagnosis.check_back(self, members, "the start of append()")
             self._super_append(block)
             members[block_id] = block
             if tail.prev_free_block is not block:
@@ -638,7 +610,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     describe(tail.prev_free_block, self.fake_free_list_head, tail),
                 )
             if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the end of append()")
+                _diagnosis.expect_count(self, members, "the end of append()")
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
@@ -661,33 +633,28 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._super_append_n(batch)
             raise _diagnosis.unexplained("append_n()")  # it refuses it; never reached
         try:
-            members = self._members
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the start of append_n()")
-            until = self._until_full_check
-            countdown = until[0] - 1
-            until[0] = countdown
-            if countdown <= 0:
-                self._period_over()
+            members = self._begin("the start of append_n()")
             if not members.keys().isdisjoint(map(id, batch)):
                 for block in batch:
-                    _diagnosis.reject_cleared_member(self, block, "the start of append_n()")
+                    _diagnosis.reject_cleared_member(members, block, "the start of append_n()")
             if not self._back_is_sound():
-                _diagnosis.check_back(self, "the start of append_n()")
+                _diagnosis.check_back(self, members, "the start of append_n()")
             before = self.fake_free_list_tail.prev_free_block
             self._super_append_n(batch)
             members.update({id(block): block for block in batch})
             if not self._back_is_sound():
-                _diagnosis.check_back(self, "the end of append_n()")
+                _diagnosis.check_back(self, members, "the end of append_n()")
             if batch:
                 _diagnosis.expect_joined(self, before, batch[0], "the end of append_n()")
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the end of append_n()")
+            self._check_count(members, "the end of append_n()")
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, "append_n()", error) from error
+
+    # prepend_n is append_n's twin at the other end, kept apart as queue.py keeps its two:
+    # one method for both would cost each batch a call more (see _begin for what one costs).
 
     def prepend_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the front, all or none, checking the front before and after.
@@ -705,28 +672,20 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._super_prepend_n(batch)
             raise _diagnosis.unexplained("prepend_n()")  # it refuses it; never reached
         try:
-            members = self._members
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the start of prepend_n()")
-            until = self._until_full_check
-            countdown = until[0] - 1
-            until[0] = countdown
-            if countdown <= 0:
-                self._period_over()
+            members = self._begin("the start of prepend_n()")
             if not members.keys().isdisjoint(map(id, batch)):
                 for block in batch:
-                    _diagnosis.reject_cleared_member(self, block, "the start of prepend_n()")
+                    _diagnosis.reject_cleared_member(members, block, "the start of prepend_n()")
             if not self._front_is_sound(0):
-                _diagnosis.check_front(self, "the start of prepend_n()")
+                _diagnosis.check_front(self, members, "the start of prepend_n()")
             after = self.fake_free_list_head.next_free_block
             self._super_prepend_n(batch)
             members.update({id(block): block for block in batch})
             if not self._front_is_sound(0):
-                _diagnosis.check_front(self, "the end of prepend_n()")
+                _diagnosis.check_front(self, members, "the end of prepend_n()")
             if batch:
                 _diagnosis.expect_joined(self, batch[-1], after, "the end of prepend_n()")
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
-                _diagnosis.expect_count(self, "the end of prepend_n()")
+            self._check_count(members, "the end of prepend_n()")
         except QueueError:
             raise
         except (AttributeError, TypeError) as error:

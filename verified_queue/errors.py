@@ -49,19 +49,20 @@ class WrongTypeError(QueueError, TypeError):
     """An argument is not of a type the operation takes: not a block, or a count that is no int."""
 
 
-#: The names an :class:`InvariantViolation` may carry in ``.invariant``.
-INVARIANT_FAMILIES = ("sentinel_linkage", "count_consistency", "no_duplicates")
+#: The names an :class:`InvariantViolation` may carry in ``.invariant``: each names the
+#: checker of ``verified_queue.invariants`` that reports it (``check_<family>``).
+INVARIANT_FAMILIES = ("sentinel_linkage", "count_consistency", "no_duplicates", "detached_outside")
 
 #: The one map between the two vocabularies: each invariant of ``verified_queue.queue``
 #: (I1..I5, defined in its module docstring) that a checker can find broken, and the
-#: family it is reported under. Messages cite both, as in ``I4 (no_duplicates)``. I5
+#: family it is reported under. Messages cite both, as in ``I4 (detached_outside)``. I5
 #: (blocks compared by identity only) is a property of code, not of a state, so no
 #: checker reports it.
 INVARIANT_FAMILY = {
     "I1": "sentinel_linkage",  # the sentinels bracket a chain of blocks whose links agree
     "I2": "count_consistency",  # num_free_blocks counts the blocks between the sentinels
     "I3": "no_duplicates",  # no block twice in the chain, nor in two queues at once
-    "I4": "no_duplicates",  # a block in no queue is detached
+    "I4": "detached_outside",  # a block in no queue is detached
 }
 
 
@@ -127,15 +128,10 @@ class InvariantViolation(QueueError, AssertionError):
         self.expected = expected
         self.found = found
 
-    def __reduce__(
-        self,
-    ) -> tuple[type[InvariantViolation], tuple[str, str], dict[str, str | None]]:
-        """Pickle with the family and the parts, so a worker process can re-raise it whole."""
-        parts = {
-            "clause": self.clause,
-            "where": self.where,
-            "what": self.what,
-            "expected": self.expected,
-            "found": self.found,
-        }
-        return type(self), (str(self), self.invariant), parts
+    def __reduce__(self) -> tuple[type[InvariantViolation], tuple[str, str], dict[str, object]]:
+        """Pickle with the family, the parts and any state added since, so a worker can re-raise it.
+
+        The state is the instance's attributes: the parts, and what was added to the
+        error after it was raised (its notes, the trace level's ``history``).
+        """
+        return type(self), (str(self), self.invariant), dict(vars(self))

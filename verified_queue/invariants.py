@@ -14,7 +14,7 @@ I1 ``sentinel_linkage``: the head sentinel's ``prev_free_block`` is ``None``
 I2 ``count_consistency``: ``num_free_blocks`` equals the number of blocks
    between the sentinels.
 I3 ``no_duplicates``: no block appears twice between the sentinels.
-I4 ``no_duplicates``: a block of the queue's pool that is not in the queue is
+I4 ``detached_outside``: a block of the queue's pool that is not in the queue is
    detached (both links ``None``; see :func:`check_detached_outside`).
 
 How the checkers stay total
@@ -59,6 +59,7 @@ from verified_queue.errors import INVARIANT_FAMILY, InvariantViolation
 
 __all__ = [
     "COUNT_CONSISTENCY",
+    "DETACHED_OUTSIDE",
     "NO_DUPLICATES",
     "NO_LINK",
     "SENTINEL_LINKAGE",
@@ -105,6 +106,7 @@ def _total(checker: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
 SENTINEL_LINKAGE: Final = "sentinel_linkage"
 COUNT_CONSISTENCY: Final = "count_consistency"
 NO_DUPLICATES: Final = "no_duplicates"
+DETACHED_OUTSIDE: Final = "detached_outside"
 
 
 class _Unset:
@@ -480,6 +482,9 @@ def check_no_duplicates(queue: Any) -> None:
 def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
     """Check I4: each block of ``blocks`` not in ``queue`` is detached.
 
+    Raises :class:`InvariantViolation` with ``invariant == "detached_outside"``
+    on a block outside the queue with a link set.
+
     Pass the blocks of this queue's pool only: a block legitimately linked in
     another queue would be flagged. Walks the queue first (checking I1, and
     I3 for repeats) to learn its members by ``id()``.
@@ -494,7 +499,7 @@ def check_detached_outside(queue: Any, blocks: Iterable[object]) -> None:
     >>> check_detached_outside(queue, pool)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    verified_queue.errors.InvariantViolation: I4 (no_duplicates) broken at item 1 ...
+    verified_queue.errors.InvariantViolation: I4 (detached_outside) broken at item 1 ...
     """
     members: set[int] = set()
     _linked_length(queue, classify_repeats=True, members=members)

@@ -92,6 +92,9 @@ from verified_queue.errors import EmptyQueueError, NegativeCountError, QueueErro
 
 __all__ = ["EMPTY_QUEUE_MESSAGE", "FreeBlockQueue"]
 
+#: This module's frames are the library's (see ``verified_queue._trace_records``).
+__trace_library__ = True
+
 # Bound to the protocol, not to Block: vLLM's own KVCacheBlock declares the two links
 # itself and fits. Inside the methods every node is declared Block, so the compiled
 # build reads the links as C fields (and refuses, with WrongTypeError, what is not one).

@@ -4,8 +4,9 @@
 that records, for every block it links or unlinks, the last operation that did
 it (operation, caller's file, line and function, thread, the queue's operation
 number), plus a ring of the queue's last operations. Every ``QueueError`` it
-raises carries that history, as extra lines of its message and as the field
-``error.history`` (a :class:`History`):
+raises carries that history, as lines its traceback shows under the message
+(notes, PEP 678, on Python 3.11+; on 3.10, lines of the message itself) and as
+the field ``error.history`` (a :class:`History`):
 
 * a double free names where the block was freed into this queue, and where it
   was taken since, if it was;
@@ -15,8 +16,9 @@ raises carries that history, as extra lines of its message and as the field
   write of ``num_free_blocks`` from outside the queue (the writer's file and
   line), and the queue's last operations.
 
-The caller recorded is the first frame outside the library: the queue, check
-mode and the block pool of ``verified_queue.kvcache`` (``verified_queue.cli``,
+The caller recorded is the first frame outside the library: the modules that
+set ``__trace_library__ = True`` (the queue and its undo, check mode, the trace
+level, the block pool and its keys, the vLLM adapters; ``verified_queue.cli``,
 the package's own application, counts as a caller).
 
 Memory is bounded: one record per block, overwritten by each link and unlink,
@@ -25,8 +27,7 @@ block's own: while the block is in the queue, check mode's membership holds it;
 after, a weak reference to it, if its type has them, or else the block itself,
 for the last :data:`HELD_DEPARTED` blocks that left. The docs' check-mode page
 gives the argument. The module is loaded only when the level is used:
-``VERIFIED_QUEUE_CHECKS=trace``, ``CheckedFreeBlockQueue(blocks, trace=True)``,
-or this module by name.
+``VERIFIED_QUEUE_CHECKS=trace``, or ``TracedFreeBlockQueue`` by name.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import threading
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Final, SupportsIndex, TypeVar
+from typing import Final, SupportsIndex, TypeVar
 
 from verified_queue import queue as _production
 from verified_queue._trace_records import (
@@ -48,9 +49,9 @@ from verified_queue._trace_records import (
     Operation,
     Recorded,
     Records,
+    add_lines,
     count_write_line,
     drop_oldest_held,
-    extend_message,
     find_caller,
     forget_when_dead,
     is_library,
@@ -69,9 +70,6 @@ from verified_queue.errors import (
 )
 from verified_queue.invariants import describe
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = [
     "DEFAULT_HISTORY",
     "HELD_DEPARTED",
@@ -79,20 +77,19 @@ __all__ = [
     "History",
     "Operation",
     "TracedFreeBlockQueue",
-    "traced_class",
 ]
+
+#: This module's frames are the library's (see ``verified_queue._trace_records``).
+__trace_library__ = True
 
 B = TypeVar("B", bound=Linkable)
 
-#: How many recent operations a traced queue keeps when none is given (``trace=True``).
+#: How many recent operations a traced queue keeps when ``history`` is not given.
 DEFAULT_HISTORY: Final = 16
 
 #: How many blocks without weak-reference support that left the queue keep their record
 #: (and are kept alive by it): older records of such blocks are dropped.
 HELD_DEPARTED: Final = 4096
-
-#: The calls that free blocks: a block they refuse was freed before (a double free).
-_FREEING: Final = frozenset({"append", "append_n", "prepend_n", "__init__", "free_blocks"})
 
 #: What a deleted sentinel reads as when the damaged blocks are looked for.
 _MISSING: Final = object()
@@ -110,57 +107,35 @@ _all_records: weakref.WeakValueDictionary[int, Records] = weakref.WeakValueDicti
 _registrations: Iterator[int] = itertools.count()
 
 
-def traced_class(cls: type[CheckedFreeBlockQueue[B]], trace: bool | int | None) -> type:
-    """The class ``CheckedFreeBlockQueue.__new__`` builds for ``cls`` and its ``trace`` argument.
-
-    ``trace=None`` (not given) traces only under ``VERIFIED_QUEUE_CHECKS=trace`` and
-    only the class ``CheckedFreeBlockQueue`` itself. Raises ``TypeError`` for an
-    explicit ``trace`` on a subclass that is not traced: its methods could not be
-    kept and traced at once; subclass :class:`TracedFreeBlockQueue` instead.
-
-    Runtime complexity: O(1)
-    """
-    if issubclass(cls, TracedFreeBlockQueue):
-        return cls
-    if cls is CheckedFreeBlockQueue:
-        return TracedFreeBlockQueue
-    if trace is None:
-        return cls
-    raise TypeError(
-        f"{cls.__qualname__}(trace={trace!r}): a subclass of CheckedFreeBlockQueue is traced "
-        "by subclassing verified_queue.traced.TracedFreeBlockQueue instead"
-    )
-
-
-def _history_length(trace: bool | int | None) -> int:
-    """The ring's length for ``trace``; ``ValueError`` unless it is True, None or an int >= 1."""
-    if trace is None or trace is True:
-        return DEFAULT_HISTORY
-    if type(trace) is not int or trace < 1:
+def _history_length(history: int) -> int:
+    """The ring's length ``history``, checked: ``ValueError`` unless it is an int >= 1."""
+    if type(history) is not int or history < 1:
         raise ValueError(
-            f"trace={trace!r}: expected True or the number of recent operations to keep (>= 1)"
+            f"history={history!r}: expected the number of recent operations to keep, an int >= 1"
         )
-    return trace
+    return history
 
 
 class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
     """A :class:`CheckedFreeBlockQueue` whose errors say who did it (the trace level).
 
-    ``trace=True`` keeps the last :data:`DEFAULT_HISTORY` operations; an int
-    ``trace=N`` the last ``N``. ``CheckedFreeBlockQueue(blocks, trace=...)``
-    builds this class too. Every ``QueueError`` it raises has the field
-    ``history`` (a :class:`History`) and names it in its message.
+    ``history=N`` keeps the last ``N`` operations (:data:`DEFAULT_HISTORY` when
+    not given). Every ``QueueError`` it raises has the field ``history`` (a
+    :class:`History`), and its traceback shows the history's lines under the
+    message (see the module docstring); ``str(error)`` is the message alone on
+    Python 3.11+.
 
-    >>> from verified_queue import Block
+    >>> from verified_queue import AlreadyInQueueError, Block
     >>> block = Block()
     >>> queue = TracedFreeBlockQueue([block])
-    >>> queue.append(block)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    verified_queue.errors.AlreadyInQueueError: append(<Block at ...>): ...
-      this call: append() at <doctest ...>:1 in <module> (thread MainThread), after #1
-      freed before by: #1 append_n() at <doctest ...>:1 in <module> (thread MainThread)
-      taken since: never, the block is still in this queue
+    >>> try:
+    ...     queue.append(block)
+    ... except AlreadyInQueueError as error:
+    ...     for line in error.history.lines:
+    ...         print(line)
+    this call: append() at <doctest ...>:2 in <module> (thread MainThread), after #1
+    freed before by: #1 append_n() at <doctest ...>:1 in <module> (thread MainThread)
+    taken since: never, the block is still in this queue
     """
 
     __slots__ = (
@@ -185,7 +160,8 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
     _count_written: list[Recorded]
 
     # Check mode's operations, resolved once: a super() call per operation costs a proxy
-    # object on Python 3.11. The trace level wraps check mode itself.
+    # object on Python 3.10 and 3.11 (not on 3.12+: see check mode's _super_*, which go
+    # with these). The trace level wraps check mode itself.
     _checked_popleft = CheckedFreeBlockQueue.popleft
     _checked_popleft_n = CheckedFreeBlockQueue.popleft_n
     _checked_remove = CheckedFreeBlockQueue.remove
@@ -199,17 +175,17 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         blocks: Iterable[B] = (),
         *,
         full_check_every: int | None = None,
-        trace: bool | int | None = None,
+        history: int = DEFAULT_HISTORY,
     ) -> None:
-        """Link ``blocks`` front to back, checked and traced; ``trace`` sets the ring's length.
+        """Link ``blocks`` front to back, checked and traced; ``history`` is the ring's length.
 
-        Raises ``ValueError`` unless ``trace`` is ``True``, ``None`` (the
-        default length) or an int >= 1, and as ``CheckedFreeBlockQueue`` does.
+        Raises ``ValueError`` unless ``history`` is an int >= 1, and as
+        ``CheckedFreeBlockQueue`` does.
 
         Runtime complexity: O(n)
         """
         # Set before the base __init__, whose append_n is traced.
-        self._recent = deque(maxlen=_history_length(trace))
+        self._recent = deque(maxlen=_history_length(history))
         self._records = Records()
         self._held = OrderedDict()
         self._numbers = itertools.count(1)
@@ -218,7 +194,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             super().__init__(blocks, full_check_every=full_check_every)
         except QueueError as error:
-            self._explain(error, "__init__", caller, ())
+            self._explain(error, "__init__", caller, (), freeing=True)
             raise
         self._records.members = self._members
         _all_records[next(_registrations)] = self._records
@@ -307,7 +283,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         return records.history_of(block)
 
     def recent_operations(self) -> tuple[Operation, ...]:
-        """The queue's last operations, oldest first (as many as ``trace`` asked for).
+        """The queue's last operations, oldest first (as many as ``history`` asked for).
 
         Runtime complexity: O(length of the ring)
         """
@@ -373,7 +349,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             self._checked_append(block)
         except QueueError as error:
-            self._explain(error, "append", caller, (block,))
+            self._explain(error, "append", caller, (block,), freeing=True)
             raise
         self._linked((block,), self._record("append", caller))
 
@@ -387,7 +363,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             self._checked_append_n(batch)
         except QueueError as error:
-            self._explain(error, "append_n", caller, batch)
+            self._explain(error, "append_n", caller, batch, freeing=True)
             raise
         self._linked(batch, self._record("append_n", caller))
 
@@ -401,7 +377,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             self._checked_prepend_n(batch)
         except QueueError as error:
-            self._explain(error, "prepend_n", caller, batch)
+            self._explain(error, "prepend_n", caller, batch, freeing=True)
             raise
         self._linked(batch, self._record("prepend_n", caller))
 
@@ -487,40 +463,62 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             super().full_check()
         except QueueError as error:
             # Called by an operation of check mode, the operation explains it.
-            if not is_library(sys._getframe(1).f_code.co_filename):
+            if not is_library(sys._getframe(1)):
                 self._explain(error, "full_check", find_caller(), ())
             raise
 
     # ------------------------------------------------------------------ reports
 
-    def annotate(self, error: QueueError, operation: str, blocks: Iterable[object]) -> None:
+    def annotate(
+        self,
+        error: QueueError,
+        operation: str,
+        blocks: Iterable[object],
+        *,
+        freeing: bool = False,
+    ) -> None:
         """Add this queue's history of ``blocks`` to ``error``, raised by code built on the queue.
 
-        A block pool calls it for the errors it raises itself: ``free_blocks``
-        refusing a double free names where the block was freed before. The
-        caller recorded is the first frame outside the library.
+        A block pool calls it for the errors it raises itself, naming its own
+        ``operation``. ``freeing=True`` says the operation frees ``blocks``: a
+        block refused is then a double free, reported with where it was freed
+        before and taken since (as ``append`` reports one); otherwise with where
+        it left this queue. The caller recorded is the first frame outside the
+        library.
 
         Runtime complexity: O(1), or O(blocks recorded) for an ``InvariantViolation``
         """
-        self._explain(error, operation, find_caller(), blocks)
+        self._explain(error, operation, find_caller(), blocks, freeing=freeing)
 
     def _explain(
-        self, error: QueueError, name: str, caller: Caller, blocks: Iterable[object]
+        self,
+        error: QueueError,
+        name: str,
+        caller: Caller,
+        blocks: Iterable[object],
+        *,
+        freeing: bool = False,
     ) -> None:
-        """Add the history that matters to ``error``: lines of its message and ``error.history``.
+        """Add the history that matters to ``error``: lines it shows, and ``error.history``.
 
-        Never raises: on a queue damaged beyond what the trace can read, the
-        error keeps its own message and says why the history is missing.
+        ``freeing`` says the call ``name`` frees ``blocks``. Never raises: on a
+        queue damaged beyond what the trace can read, the error keeps its own
+        message and says why the history is missing.
         """
         if getattr(error, "history", None) is not None:
             return  # explained already, by the traced call this one ran inside
         try:
-            self._add_history(error, name, caller, blocks)
+            self._add_history(error, name, caller, blocks, freeing)
         except Exception as failure:
-            extend_message(error, [f"no history: the trace could not be read ({failure!r})"])
+            add_lines(error, [f"no history: the trace could not be read ({failure!r})"])
 
     def _add_history(
-        self, error: QueueError, name: str, caller: Caller, blocks: Iterable[object]
+        self,
+        error: QueueError,
+        name: str,
+        caller: Caller,
+        blocks: Iterable[object],
+        freeing: bool,
     ) -> None:
         """The body of :meth:`_explain`, which may meet damage it cannot read."""
         self._records.members = self._members
@@ -549,13 +547,14 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
                 kept = self.history_of(block)
                 if kept is not None:
                     histories.append(kept)
-                lines.extend(self._block_lines(block, kept, name))
+                lines.extend(self._block_lines(block, kept, freeing))
         elif isinstance(error, EmptyQueueError) and self._recent:
             lines.append(f"last operation: {Operation._make(self._recent[-1])}")
         if not isinstance(error, EmptyQueueError):
             # An empty queue is no misuse, and its words are vLLM's, which vLLM's callers and
-            # tests match exactly: its history goes in the field only.
-            extend_message(error, lines)
+            # tests match exactly: its history goes in the field only (a note would leave
+            # str(error) alone, but 3.10 has no notes, and the traceback would differ).
+            add_lines(error, lines)
         error.history = History(  # type: ignore[attr-defined]  # the trace level's own field
             call, tuple(histories), count_written, recent, tuple(lines)
         )
@@ -573,10 +572,10 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             seen.add(id(block))
         return None
 
-    def _block_lines(self, block: object, history: BlockHistory | None, name: str) -> list[str]:
-        """The history lines of a double free or of a block that is not in this queue."""
+    def _block_lines(self, block: object, history: BlockHistory | None, freeing: bool) -> list[str]:
+        """The history lines of a double free (``freeing``) or of a block not in this queue."""
         lines: list[str] = []
-        if name in _FREEING:
+        if freeing:
             if history is None or history.linked is None:
                 lines.append("freed before by: not recorded by this queue")
             else:

@@ -81,3 +81,24 @@ def test_the_comparison_times_both_queues_on_every_workload() -> None:
     for result in results:
         assert set(result.medians) == set(names)
         assert all(result.medians[name][10] > 0 for name in names)
+
+
+@needs_history
+def test_a_revisions_check_mode_runs_beside_this_build_and_leaves_it_alone() -> None:
+    """HEAD's check mode loads apart, refuses a foreign remove, and the installed one stays."""
+    from bench.check_mode_revision import CHECK_MODE_MODULES, load_check_mode  # noqa: PLC0415
+
+    names = [f"verified_queue.{name}" for name in CHECK_MODE_MODULES]
+    installed = {name: sys.modules.get(name) for name in names}
+    loaded = load_check_mode("HEAD")
+    old_class = loaded["checked"].CheckedFreeBlockQueue
+    blocks = [Block() for _ in range(3)]
+    first, second = old_class(blocks[:2]), old_class(blocks[2:])
+    with pytest.raises(verified_queue.NotInQueueError):
+        first.remove(blocks[2])
+    assert len(first) == 2
+    assert len(second) == 1
+    for name, module in installed.items():
+        assert sys.modules.get(name) is module, f"{name} was not restored"
+    with pytest.raises(SystemExit, match="has no"):
+        load_check_mode(EMPTY_TREE)

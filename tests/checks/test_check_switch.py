@@ -177,6 +177,21 @@ def test_production_module_has_no_checker() -> None:
     assert not any(name.startswith("check") or "Checked" in name for name in names)
 
 
+def test_check_mode_does_not_import_the_trace_level() -> None:
+    """checked.py imports nothing of the trace level, not even inside a function: no back edge."""
+    tree = ast.parse((ROOT / "verified_queue" / "checked.py").read_text(encoding="utf-8"))
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not any(name and "traced" in name for name in imported), imported
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not any("traced" in name.lower() for name in names), names
+
+
 LOADED_CHECKERS = """
 import json, sys
 import verified_queue
@@ -201,3 +216,24 @@ def test_check_mode_is_loaded_only_when_used(value: str | None, loaded_at_import
     ]
     assert before == (every_checker if loaded_at_import else [])
     assert after == every_checker
+
+
+USED_CHECKED = """
+import json, sys
+import verified_queue
+from verified_queue import Block
+queue = verified_queue.CheckedFreeBlockQueue([Block(), Block()])
+queue.append(queue.popleft())
+queue.full_check()
+print(json.dumps([type(queue).__name__, "verified_queue.traced" in sys.modules]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "traced_loaded"), [(None, False), ("1", False), ("full", False), ("trace", True)]
+)
+def test_the_checked_class_is_check_mode_at_every_level(
+    value: str | None, traced_loaded: bool
+) -> None:
+    """CheckedFreeBlockQueue builds itself whatever the switch says; only trace loads the trace."""
+    assert run_fresh(USED_CHECKED, value) == ["CheckedFreeBlockQueue", traced_loaded]

@@ -294,7 +294,7 @@ def test_front_diagnosis_raises_when_sound(size: int) -> None:
     """check_front, called only once an inline test failed, reports a sound queue unexplained."""
     queue = CheckedFreeBlockQueue([Block() for _ in range(size)], full_check_every=0)
     with pytest.raises(InvariantViolation) as caught:
-        _diagnosis.check_front(queue, "here")
+        _diagnosis.check_front(queue, queue._members, "here")
     assert parts(caught.value) == UNEXPLAINED
 
 
@@ -305,7 +305,7 @@ def test_front_diagnosis_names_first_fault() -> None:
     blocks[1].next_free_block = blocks[3]  # b1 -> b3, skipping b2, every back link agreeing
     blocks[3].prev_free_block = blocks[1]
     with pytest.raises(InvariantViolation) as caught:
-        _diagnosis.check_front(queue, "here")
+        _diagnosis.check_front(queue, queue._members, "here")
     assert parts(caught.value) == (
         (
             "I2",
@@ -317,7 +317,7 @@ def test_front_diagnosis_names_first_fault() -> None:
     )
     blocks[3].prev_free_block = None
     with pytest.raises(InvariantViolation) as caught:
-        _diagnosis.check_front(queue, "here")
+        _diagnosis.check_front(queue, queue._members, "here")
     assert parts(caught.value) == (
         (
             "I1",

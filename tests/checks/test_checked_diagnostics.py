@@ -563,9 +563,9 @@ def test_empty_diagnosis_reports_disagreement() -> None:
     """The always-raising diagnostic helpers, called on a sound queue, report the disagreement."""
     queue, blocks = checked(3)
     helpers: list[Callable[[str], None]] = [
-        partial(_diagnosis.check_around, queue, blocks[1]),
-        partial(_diagnosis.check_back, queue),
-        partial(_diagnosis.expect_count, queue),
+        partial(_diagnosis.check_around, queue, queue._members, blocks[1]),
+        partial(_diagnosis.check_back, queue, queue._members),
+        partial(_diagnosis.expect_count, queue, queue._members),
     ]
     for helper in helpers:
         error = error_of(partial(helper, "here"))

@@ -27,6 +27,7 @@ from verified_queue.block import Sentinel
 from verified_queue.errors import InvariantViolation
 from verified_queue.invariants import (
     COUNT_CONSISTENCY,
+    DETACHED_OUTSIDE,
     NO_DUPLICATES,
     SENTINEL_LINKAGE,
     check_count_consistency,
@@ -415,7 +416,7 @@ def test_pool_check_flags_linked_outsider() -> None:
             assert family_raised(check_invariants, world.queue) is None
             with pytest.raises(InvariantViolation, match=r"not in this queue") as caught:
                 check_invariants(world.queue, pool=world.blocks)
-            assert caught.value.invariant == NO_DUPLICATES
+            assert caught.value.invariant == DETACHED_OUTSIDE
 
 
 def test_pool_check_ignores_members_detached() -> None:
@@ -423,7 +424,7 @@ def test_pool_check_ignores_members_detached() -> None:
     world = build_world(3)
     check_detached_outside(world.queue, [*world.blocks, world.detached, Block()])
     world.write(world.detached, "next_free_block", world.blocks[0])
-    assert family_raised(check_detached_outside, world.queue, [world.detached]) == NO_DUPLICATES
+    assert family_raised(check_detached_outside, world.queue, [world.detached]) == DETACHED_OUTSIDE
 
 
 # --------------------------------------------------------------- check mode
@@ -571,6 +572,6 @@ def test_full_check_of_a_healthy_queue_is_one_walk(monkeypatch: pytest.MonkeyPat
     def refuse(_queue: object) -> None:
         raise AssertionError("the checkers ran on a healthy queue")
 
-    monkeypatch.setattr("verified_queue.checked.check_invariants", refuse)
+    monkeypatch.setattr("verified_queue._diagnosis.check_invariants", refuse)
     for size in SIZES:
         CheckedFreeBlockQueue([Block() for _ in range(size)]).full_check()

@@ -94,7 +94,7 @@ def _concrete(
     Returns the queue and the setting's pool of real objects; the queue's
     membership record is the setting's (empty without one).
     """
-    queue: CheckedFreeBlockQueue[Block] = CheckedFreeBlockQueue(full_check_every=0, trace=False)
+    queue: CheckedFreeBlockQueue[Block] = CheckedFreeBlockQueue(full_check_every=0)
     blocks = [Block() for _ in heap.blocks]
     foreign = FreeBlockQueue[Block]().fake_free_list_head
     real: dict[int, object] = {
@@ -171,7 +171,7 @@ class Links:
 
         Returns the queue and its blocks by name, the pool the pool checkers get.
         """
-        queue: CheckedFreeBlockQueue[Block] = CheckedFreeBlockQueue(full_check_every=0, trace=False)
+        queue: CheckedFreeBlockQueue[Block] = CheckedFreeBlockQueue(full_check_every=0)
         blocks = [Block() for _ in order]
         named = [blocks[order[i]] for i in range(len(order))]
         values: list[object] = [

@@ -60,9 +60,7 @@ def damaged_heaps(seed: int, count: int) -> Iterator[Damaged]:
     counts = [c for c in COUNTS if _count_writable(c)]
     for _ in range(count):
         pool = [Block() for _ in range(6)]
-        queue = CheckedFreeBlockQueue(
-            rng.sample(pool, rng.randint(0, 6)), full_check_every=0, trace=False
-        )
+        queue = CheckedFreeBlockQueue(rng.sample(pool, rng.randint(0, 6)), full_check_every=0)
         other = FreeBlockQueue([Block(), Block()])
         head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
         elsewhere: list[object] = [other.fake_free_list_head, other.fake_free_list_tail]

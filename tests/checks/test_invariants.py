@@ -25,6 +25,7 @@ from verified_queue.errors import INVARIANT_FAMILIES, INVARIANT_FAMILY
 from verified_queue.invariants import (
     _UNSET,  # the stand-in for a deleted slot
     COUNT_CONSISTENCY,
+    DETACHED_OUTSIDE,
     NO_DUPLICATES,
     SENTINEL_LINKAGE,
     check_count_consistency,
@@ -75,7 +76,12 @@ def test_violation_is_queue_and_assertion_error() -> None:
 
 def test_violation_accepts_only_the_families() -> None:
     """An unknown family name is refused when the error is built."""
-    assert INVARIANT_FAMILIES == (SENTINEL_LINKAGE, COUNT_CONSISTENCY, NO_DUPLICATES)
+    assert INVARIANT_FAMILIES == (
+        SENTINEL_LINKAGE,
+        COUNT_CONSISTENCY,
+        NO_DUPLICATES,
+        DETACHED_OUTSIDE,
+    )
     with pytest.raises(ValueError, match="unknown invariant family"):
         InvariantViolation("message", "linkage")
 
@@ -87,6 +93,7 @@ def test_violation_clause_must_be_of_its_family() -> None:
         assert InvariantViolation("message", family, clause=clause).clause == clause
     for clause, family in (
         ("I4", SENTINEL_LINKAGE),
+        ("I4", NO_DUPLICATES),  # I4 is filed under its own family
         ("I5", NO_DUPLICATES),
         ("1", SENTINEL_LINKAGE),
     ):
@@ -747,7 +754,7 @@ def test_detached_outside_diagnostics() -> None:
     outsider = Block()
     outsider.next_free_block = blocks[0]
     assert _message(check_detached_outside, queue, [blocks[1], Block(), outsider]) == (
-        NO_DUPLICATES,
+        DETACHED_OUTSIDE,
         (
             "I4",
             "item 2 of the given blocks",
@@ -912,7 +919,7 @@ def test_outsider_with_deleted_slot_not_detached() -> None:
             pytest.skip("this build's Block refuses to delete a link, so the damage cannot happen")
         for checker in (check_detached_outside, check_invariants):
             family, message = _message(checker, queue, [*blocks, outsider])
-            assert family == NO_DUPLICATES
+            assert family == DETACHED_OUTSIDE
             assert message[3:] == ("both None (detached)", found), message
 
 

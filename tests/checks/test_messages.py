@@ -119,7 +119,7 @@ def raw_error() -> tuple[FreeBlockQueue[Any], QueueError]:
 
 def unexplained() -> tuple[FreeBlockQueue[Any], QueueError]:
     queue, _ = _checked(2)
-    return queue, error_of(lambda: _diagnosis.check_back(queue, "here"))
+    return queue, error_of(lambda: _diagnosis.check_back(queue, queue._members, "here"))
 
 
 #: One violation of each kind, and its message in full.
@@ -163,7 +163,7 @@ MESSAGES: dict[str, tuple[Callable[[], tuple[FreeBlockQueue[Any], QueueError]], 
     ),
     "pool block not detached": (
         not_detached,
-        "I4 (no_duplicates) broken at item 1 of the given blocks: the links of "
+        "I4 (detached_outside) broken at item 1 of the given blocks: the links of "
         "NumberedBlock(7), which is not in this queue: expected both None (detached), "
         "found prev_free_block None, next_free_block NumberedBlock(0)",
     ),

@@ -7,15 +7,16 @@ pass) and against recorders with a planted bug (each bug fails at least one clai
 
 from __future__ import annotations
 
-import functools
+import doctest
 import gc
 import os
 import pickle
 import sys
 import threading
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ from verified_queue import (
     WrongTypeError,
 )
 from verified_queue import traced as traced_module
-from verified_queue._trace_records import Caller, Recorded
+from verified_queue._trace_records import LIBRARY_FLAG, Caller, Recorded
 from verified_queue.kvcache.errors import DoubleFreeError
 from verified_queue.kvcache.pool import BlockPool
 from verified_queue.queue import EMPTY_QUEUE_MESSAGE
@@ -65,6 +66,15 @@ def history_of(error: BaseException) -> History:
     return history
 
 
+def shown(error: BaseException) -> str:
+    """What a traceback shows of ``error`` after its type: its message, then its notes.
+
+    The trace level's lines are notes on Python 3.11+ and part of the message on 3.10;
+    either way they follow the message, one to a line.
+    """
+    return "\n".join([str(error), *getattr(error, "__notes__", ())])
+
+
 def assert_names(operation: Operation | None, name: str, line: int, function: str) -> None:
     """``operation`` is ``name`` called from this file's ``line`` in ``function``."""
     assert operation is not None, f"no record, expected {name}() at line {line}"
@@ -89,7 +99,7 @@ def claim_double_free_names_the_first_free(make: MakeQueue) -> None:
     assert_names(record.linked, "append", freed_at, "claim_double_free_names_the_first_free")
     assert record.linked is not None
     assert record.linked.number == 2, record.linked  # after the constructor's append_n (#1)
-    message = str(caught.value)
+    message = shown(caught.value)
     freed = message.split("freed before by: ")[1].splitlines()[0]
     assert freed.startswith("#2 append() at ")
     assert f":{freed_at} in claim_double_free_names_the_first_free" in freed
@@ -112,7 +122,7 @@ def claim_double_free_names_where_it_was_taken_since(make: MakeQueue) -> None:
     (record,) = history_of(caught.value).blocks
     assert_names(record.linked, "append", freed_at, function)
     assert_names(record.unlinked, "popleft", taken_at, function)
-    message = str(caught.value)
+    message = shown(caught.value)
     assert f":{taken_at} in {function}" in message.split("taken since by: ")[1].splitlines()[0]
     elsewhere = message.split("linked in another traced queue by: ")[1].splitlines()[0]
     assert f":{relinked_at} in {function}" in elsewhere
@@ -135,7 +145,7 @@ def claim_remove_of_a_detached_block_names_where_it_left(make: MakeQueue) -> Non
         assert_names(
             record.unlinked, name, line, "claim_remove_of_a_detached_block_names_where_it_left"
         )
-        assert f"left this queue by: #{record.unlinked.number} {name}()" in str(caught.value)  # type: ignore[union-attr]  # asserted above
+        assert f"left this queue by: #{record.unlinked.number} {name}()" in shown(caught.value)  # type: ignore[union-attr]  # asserted above
 
 
 def claim_a_foreign_block_names_where_the_other_queue_linked_it(make: MakeQueue) -> None:
@@ -151,7 +161,7 @@ def claim_a_foreign_block_names_where_the_other_queue_linked_it(make: MakeQueue)
     function = "claim_a_foreign_block_names_where_the_other_queue_linked_it"
     assert (history.call.lineno, history.call.function) == (removed_at, function)
     assert history.blocks == ()  # this queue never held it
-    elsewhere = str(caught.value).split("linked in another traced queue by: ")[1].splitlines()[0]
+    elsewhere = shown(caught.value).split("linked in another traced queue by: ")[1].splitlines()[0]
     assert "#1 append_n() at " in elsewhere
     assert f":{linked_at} in {function}" in elsewhere
     assert len(other) == 2
@@ -173,8 +183,8 @@ def claim_a_count_written_from_outside_names_the_writer(make: MakeQueue) -> None
             written_at,
         )
         assert history.count_written.number == 2  # written after operation #2
-        assert "num_free_blocks written from outside at " in str(caught.value)
-        assert f":{written_at} in claim_a_count_written_from_outside_names_the_writer" in str(
+        assert "num_free_blocks written from outside at " in shown(caught.value)
+        assert f":{written_at} in claim_a_count_written_from_outside_names_the_writer" in shown(
             caught.value
         )
 
@@ -183,7 +193,7 @@ def claim_damage_lists_the_last_operations_and_the_damaged_blocks(make: MakeQueu
     """Damage found by a check: the last N operations, oldest first, and the blocks' records."""
     blocks = [Block() for _ in range(5)]
     built_at = here() + 1
-    queue = make(blocks, trace=3)
+    queue = make(blocks, history=3)
     first = here() + 1
     queue.popleft()
     queue.append(blocks[0])
@@ -208,14 +218,14 @@ def claim_damage_lists_the_last_operations_and_the_damaged_blocks(make: MakeQueu
     record = damaged[repr(blocks[3])]
     assert record.linked is not None
     assert record.linked.number == 1
-    message = str(caught.value)
+    message = shown(caught.value)
     assert "last 3 operations, oldest first:" in message
     assert f"damaged {blocks[4]!r}: last linked by #1 append_n()" in message
 
 
 def claim_operations_and_threads_are_recorded(make: MakeQueue) -> None:
     """Each thread's operations carry its name; numbers count the queue's operations."""
-    queue = make([Block() for _ in range(40)], trace=64)
+    queue = make([Block() for _ in range(40)], history=64)
     lock = threading.Lock()
 
     def churn() -> None:
@@ -249,8 +259,8 @@ def claim_operations_and_threads_are_recorded(make: MakeQueue) -> None:
 
 
 def claim_the_ring_keeps_the_last_n(make: MakeQueue) -> None:
-    """``trace=N`` keeps exactly the last N operations; the default keeps DEFAULT_HISTORY."""
-    queue = make([Block()], trace=4)
+    """``history=N`` keeps exactly the last N operations; the default keeps DEFAULT_HISTORY."""
+    queue = make([Block()], history=4)
     for _ in range(10):
         queue.append(queue.popleft())
     assert [op.number for op in queue.recent_operations()] == [18, 19, 20, 21]
@@ -272,7 +282,7 @@ def claim_a_pool_call_is_recorded_at_its_caller(make: MakeQueue) -> None:
     assert_names(
         record.linked, "prepend_n", freed_at, "claim_a_pool_call_is_recorded_at_its_caller"
     )
-    assert "freed before by: " in str(caught.value)
+    assert "freed before by: " in shown(caught.value)
 
 
 CLAIMS = [
@@ -294,13 +304,18 @@ def test_the_trace_level_keeps_its_claim(claim: Callable[[MakeQueue], None]) -> 
     claim(TracedFreeBlockQueue)
 
 
+class UsersTracedQueue(TracedFreeBlockQueue[Block]):
+    """A user's subclass of the trace level, defined outside the library: its caller's frames."""
+
+    __slots__ = ()
+
+
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda claim: claim.__name__)
-def test_the_claim_holds_through_checked_free_block_queue_trace_true(
+def test_the_claim_holds_through_a_subclass_of_the_trace_level(
     claim: Callable[[MakeQueue], None],
 ) -> None:
-    """``CheckedFreeBlockQueue(blocks, trace=...)`` builds the same traced queue."""
-    # A partial, not a function: a function of this file would be the constructor's caller.
-    claim(cast("MakeQueue", functools.partial(CheckedFreeBlockQueue, trace=True)))
+    """A subclass of TracedFreeBlockQueue, in a module outside the library, keeps every claim."""
+    claim(UsersTracedQueue)
 
 
 # ----------------------------------------------------------------------- planted bugs
@@ -373,8 +388,8 @@ class KeepsEveryOperation(TracedFreeBlockQueue[Block]):
 
     __slots__ = ()
 
-    def __init__(self, blocks: Iterable[Block] = (), *, trace: bool | int = True) -> None:
-        super().__init__(blocks, trace=trace)
+    def __init__(self, blocks: Iterable[Block] = (), *, history: int = DEFAULT_HISTORY) -> None:
+        super().__init__(blocks, history=history)
         self._recent = deque(self._recent)
 
 
@@ -504,7 +519,7 @@ def test_every_method_of_a_damaged_traced_queue_raises_only_queue_errors(damage:
             _every_operation(queue, blocks)[index]()
         except QueueError as error:  # anything else fails the test
             explained = isinstance(getattr(error, "history", None), History)
-            if not explained and "no history: the trace could not be read" not in str(error):
+            if not explained and "no history: the trace could not be read" not in shown(error):
                 unexplained.append((index, error))
     assert unexplained == []
 
@@ -560,27 +575,26 @@ def test_a_block_linked_again_is_not_held_by_its_old_record() -> None:
 # ------------------------------------------------------------------- switching it on
 
 
-def test_trace_argument_values() -> None:
-    """``trace`` takes True, False or a ring length >= 1; anything else is refused."""
-    assert type(CheckedFreeBlockQueue([Block()], trace=False)) is CheckedFreeBlockQueue
-    assert type(CheckedFreeBlockQueue([Block()], trace=True)) is TracedFreeBlockQueue
-    five = CheckedFreeBlockQueue([Block()], trace=5)
-    assert isinstance(five, TracedFreeBlockQueue)
-    assert five._recent.maxlen == 5
-    for bad in (0, -1, 2.5, "yes"):
-        with pytest.raises(ValueError, match="trace="):
-            CheckedFreeBlockQueue([Block()], trace=bad)  # type: ignore[arg-type]  # refused
+def test_history_argument_values() -> None:
+    """``history`` is the ring length, an int >= 1; anything else, True or None too, is refused."""
+    assert TracedFreeBlockQueue([Block()])._recent.maxlen == DEFAULT_HISTORY
+    assert TracedFreeBlockQueue([Block()], history=5)._recent.maxlen == 5
+    for bad in (0, -1, 2.5, "yes", True, None):
+        with pytest.raises(ValueError, match="history="):
+            TracedFreeBlockQueue([Block()], history=bad)  # type: ignore[arg-type]  # refused
 
 
-def test_a_checked_subclass_cannot_be_traced_by_argument() -> None:
-    """``trace=True`` on a CheckedFreeBlockQueue subclass is refused: subclass the traced class."""
+def test_checked_free_block_queue_is_check_mode_only() -> None:
+    """CheckedFreeBlockQueue and its subclasses build themselves; no argument makes them traced."""
 
     class Mine(CheckedFreeBlockQueue[Block]):
         __slots__ = ()
 
+    assert type(CheckedFreeBlockQueue([Block()])) is CheckedFreeBlockQueue
     assert type(Mine([Block()])) is Mine
-    with pytest.raises(TypeError, match="TracedFreeBlockQueue"):
-        Mine([Block()], trace=True)
+    for queue_class in (CheckedFreeBlockQueue, Mine, TracedFreeBlockQueue):
+        with pytest.raises(TypeError, match="trace"):
+            queue_class([Block()], trace=True)  # type: ignore[call-arg]  # no such argument
 
 
 def test_an_error_explained_keeps_its_type_and_pickles() -> None:
@@ -592,7 +606,120 @@ def test_an_error_explained_keeps_its_type_and_pickles() -> None:
     assert caught.value.invariant == "count_consistency"
     copy = pickle.loads(pickle.dumps(caught.value))
     assert str(copy) == str(caught.value)
+    assert shown(copy) == shown(caught.value)
     assert copy.invariant == "count_consistency"
+    assert history_of(copy) == history_of(caught.value)
+
+
+# ------------------------------------------------------------------- what an error shows
+
+
+def test_the_history_follows_the_message_and_str_stays_the_message() -> None:
+    """The lines are notes on 3.11+ (``str`` stays check mode's message), the message's on 3.10.
+
+    A traceback shows the same text on both: the message, then the lines, indented.
+    """
+    block = Block()
+    queue = TracedFreeBlockQueue([block])
+    with pytest.raises(AlreadyInQueueError) as caught:
+        queue.append(block)
+    with pytest.raises(AlreadyInQueueError) as plain:
+        CheckedFreeBlockQueue[Block]().append(block)  # check mode's words for the same misuse
+    error = caught.value
+    lines = [f"  {line}" for line in history_of(error).lines]
+    assert lines[0].startswith("  this call: append() at ")
+    if sys.version_info >= (3, 11):
+        assert str(error) == str(plain.value)
+        assert error.__notes__ == lines
+    else:
+        assert str(error) == "\n".join([str(plain.value), *lines])
+    assert "".join(traceback.format_exception_only(type(error), error)) == "".join(
+        f"{line}\n"
+        for line in [f"verified_queue.errors.AlreadyInQueueError: {plain.value}", *lines]
+    )
+
+
+def test_an_empty_queue_keeps_vllms_words_and_shows_no_lines() -> None:
+    """``popleft()`` on an empty traced queue: vLLM's message alone; the history in the field."""
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    with pytest.raises(EmptyQueueError) as caught:
+        queue.popleft()
+    assert shown(caught.value) == EMPTY_QUEUE_MESSAGE
+    assert history_of(caught.value).call.name == "popleft"
+
+
+def test_annotate_reports_a_double_free_only_for_a_call_that_frees() -> None:
+    """``annotate(..., freeing=True)`` names the free before; without it, where the block left."""
+    blocks = [Block(), Block()]
+    queue = TracedFreeBlockQueue(blocks)
+    queue.popleft()
+    freed = AlreadyInQueueError("free_blocks(...): a double free")
+    queue.annotate(freed, "free_blocks", (blocks[1],), freeing=True)
+    assert history_of(freed).lines[1:] == (
+        f"freed before by: {history_of(freed).blocks[0].linked}",
+        "taken since: never, the block is still in this queue",
+    )
+    touched = NotInQueueError("touch(...): not free")
+    queue.annotate(touched, "touch", (blocks[0],))
+    left = history_of(touched).blocks[0].unlinked
+    assert left is not None
+    assert left.name == "popleft"
+    assert history_of(touched).lines[1] == f"left this queue by: {left}"
+
+
+# ---------------------------------------------------------------------- the library
+
+
+#: The modules whose frames are the library's: never the caller a record names.
+LIBRARY = (
+    "verified_queue.queue",
+    "verified_queue._undo",
+    "verified_queue.checked",
+    "verified_queue._diagnosis",
+    "verified_queue.traced",
+    "verified_queue._trace_records",
+    "verified_queue.kvcache.pool",
+    "verified_queue.kvcache.keys",
+    "verified_queue.vllm.checked",
+    "verified_queue.vllm.traced",
+    "verified_queue.vllm.plugin",
+)
+
+
+@pytest.mark.parametrize("name", LIBRARY)
+def test_each_module_of_the_library_says_so(name: str) -> None:
+    """Each module of the library sets the flag the caller walk reads; the CLI sets none."""
+    module = sys.modules.get(name) or __import__(name, fromlist=["_"])
+    assert getattr(module, LIBRARY_FLAG, None) is True, f"{name} does not set {LIBRARY_FLAG}"
+
+
+def test_the_command_line_is_a_caller() -> None:
+    """``verified_queue.cli``, the package's own application, is not the library."""
+    from verified_queue.cli import demo, simulation  # noqa: PLC0415 -- loaded for this test
+
+    assert not hasattr(demo, LIBRARY_FLAG)
+    assert not hasattr(simulation, LIBRARY_FLAG)
+
+
+def test_code_run_in_a_copy_of_a_library_modules_globals_is_a_caller() -> None:
+    """A doctest of a library module runs in a copy of its globals: it is the caller recorded."""
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    example = doctest.DocTestParser().get_doctest(
+        ">>> queue.append(Block())\n",
+        dict(vars(traced_module), queue=queue, Block=Block),
+        "copy",
+        "<example>",
+        0,
+    )
+    runner = doctest.DocTestRunner()
+    runner.run(example)
+    assert runner.failures == 0
+    operation = queue.recent_operations()[-1]  # after the constructor's append_n
+    assert (operation.name, operation.filename, operation.function) == (
+        "append",
+        "<doctest copy[0]>",
+        "<module>",
+    )
 
 
 SWITCH_PROBE = """
@@ -617,14 +744,17 @@ print(json.dumps({
     [
         (None, ["off", "FreeBlockQueue", "CheckedFreeBlockQueue", False, False]),
         ("1", ["on", "CheckedFreeBlockQueue", "CheckedFreeBlockQueue", False, False]),
-        ("trace", ["trace", "TracedFreeBlockQueue", "TracedFreeBlockQueue", True, True]),
-        (" Trace ", ["trace", "TracedFreeBlockQueue", "TracedFreeBlockQueue", True, True]),
+        ("trace", ["trace", "TracedFreeBlockQueue", "CheckedFreeBlockQueue", True, True]),
+        (" Trace ", ["trace", "TracedFreeBlockQueue", "CheckedFreeBlockQueue", True, True]),
     ],
 )
 def test_the_switch_selects_the_trace_level_and_loads_it_only_then(
     value: str | None, expected: list[object]
 ) -> None:
-    """VERIFIED_QUEUE_CHECKS=trace binds the traced class; no other level loads the trace."""
+    """VERIFIED_QUEUE_CHECKS=trace binds the exported name to the traced class, and only that.
+
+    ``CheckedFreeBlockQueue`` stays check mode under every level; no other level loads the trace.
+    """
     report = run_fresh(SWITCH_PROBE, value)
     keys = ["level", "class", "direct", "loaded_at_import", "loaded"]
     assert [report[key] for key in keys] == expected

@@ -152,7 +152,8 @@ def _stopped(report: DemoReport, error: BaseException, verb: str) -> str:
     """Describe a run that ``error`` ended: where, and how far from the planted fault."""
     chain, at_faulty_call = call_chain(error)
     report.stopped_at = chain
-    cause = f"{type(error).__name__}: {error}"
+    # A trace-level error's history lines are its notes (Python 3.11+; on 3.10, its message's).
+    cause = "\n".join([f"{type(error).__name__}: {error}", *getattr(error, "__notes__", ())])
     if report.fault_planted is None:
         return f"{verb} with no fault planted, by {cause}"
     if at_faulty_call:

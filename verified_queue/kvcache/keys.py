@@ -70,6 +70,9 @@ __all__ = [
     "sha256_block_key",
 ]
 
+#: This module's frames are the library's (see ``verified_queue._trace_records``).
+__trace_library__ = True
+
 #: A full block's prefix-cache key: a digest of its parent's key, its tokens and its extra keys.
 BlockHash = NewType("BlockHash", bytes)
 

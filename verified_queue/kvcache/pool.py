@@ -66,6 +66,9 @@ from verified_queue.queue import FreeBlockQueue
 
 __all__ = ["BlockPool", "QueueFactory"]
 
+#: This module's frames are the library's (see ``verified_queue._trace_records``).
+__trace_library__ = True
+
 #: Builds a pool's free queue from the blocks, front to back (the class itself, or a partial).
 QueueFactory = Callable[[list["KVCacheBlock"]], FreeBlockQueue["KVCacheBlock"]]
 
@@ -547,7 +550,7 @@ class BlockPool:
                 # A traced free queue (the trace level) adds where the block was freed before.
                 annotate = getattr(self.free_block_queue, "annotate", None)
                 if annotate is not None:
-                    annotate(error, "free_blocks", (block,))
+                    annotate(error, "free_blocks", (block,), freeing=True)
                 raise error
             left[id(block)] = count
             if count == 0:

@@ -17,6 +17,9 @@ from verified_queue.queue import FreeBlockQueue
 
 __all__ = ["VllmCheckedFreeBlockQueue"]
 
+#: This module's frames are the library's (see ``verified_queue._trace_records``).
+__trace_library__ = True
+
 #: Code in these modules reads and writes the true count; anyone else sees vLLM's counter.
 _OWN_MODULE_PREFIX: Final = "verified_queue."
 #: The production class's own storage of the count (a slot, or a compiled attribute).

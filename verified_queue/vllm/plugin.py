@@ -68,6 +68,9 @@ __all__ = [
     "uninstall",
 ]
 
+#: This module's frames are the library's (see ``verified_queue._trace_records``).
+__trace_library__ = True
+
 ENVIRONMENT_VARIABLE: Final = "VERIFIED_QUEUE_VLLM"
 #: Accepted values (any case, spaces trimmed) and the mode each selects.
 MODES: Final = {

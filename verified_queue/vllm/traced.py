@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from verified_queue.traced import TracedFreeBlockQueue
+from verified_queue.traced import DEFAULT_HISTORY, TracedFreeBlockQueue
 from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
 
 __all__ = ["VllmTracedFreeBlockQueue"]
+
+#: This module's frames are the library's (see ``verified_queue._trace_records``).
+__trace_library__ = True
 
 
 class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
@@ -37,8 +40,8 @@ class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
         blocks: Iterable[Any] = (),
         *,
         full_check_every: int | None = None,
-        trace: bool | int | None = None,
+        history: int = DEFAULT_HISTORY,
     ) -> None:
         """Link ``blocks`` as :class:`TracedFreeBlockQueue` does, with no offset."""
         self._count_offset = 0
-        super().__init__(blocks, full_check_every=full_check_every, trace=trace)
+        super().__init__(blocks, full_check_every=full_check_every, history=history)
