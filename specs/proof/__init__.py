@@ -48,11 +48,11 @@ how the translator works, not a limit of z3):
   identity;
 * interrupts and allocation points: an exception arises only where the code raises one, and
   no code runs at an allocation. So the undo paths that only an asynchronous exception
-  reaches (``popleft_n``'s handlers and ``_relink_taken``, the batch methods' two outer
-  handlers' ``_finish_unstage``) are never entered, hence never translated; and the raise of
-  ``popleft_n``'s second count test, which guards against a finalizer run by a garbage
-  collection that ``[None] * count`` sets off, is on a path z3 finds infeasible; and no
-  finalizer re-enters the queue;
+  reaches (``popleft_n``'s handlers and :func:`verified_queue._undo.relink_taken`, the batch
+  methods' two outer handlers' :func:`verified_queue._undo.finish_unstage`) are never entered,
+  hence never translated; and the raise of ``popleft_n``'s second count test, which guards
+  against a finalizer run by a garbage collection that ``[None] * count`` sets off, is on a
+  path z3 finds infeasible; and no finalizer re-enters the queue;
 * arguments of other types: a block is a block (a node other than ``None``), a count an exact
   ``int`` (``type(n) is int``), a batch an exact ``list`` of blocks; the ``WrongTypeError``
   paths (``count_argument``, ``batch_argument``, ``not_a_block``) are not covered;
@@ -61,8 +61,8 @@ how the translator works, not a limit of z3):
   one, and ``remove`` is not given a block linked in *another* queue (the documented
   precondition; check mode enforces it); the ``InvariantViolation`` paths are proved
   unreachable from there, not compared on a damaged queue;
-* termination of ``_unstage``'s walk back (loops are proved partially correct; the
-  ``for`` loops end by construction), and threads;
+* termination of :func:`verified_queue._undo.unstage`'s walk back (loops are proved
+  partially correct; the ``for`` loops end by construction), and threads;
 * the compiled build: the proof reads ``queue.py``; that mypyc's C does the same is assumed
   (the test suite runs on both builds). Also assumed: Python's semantics of the statements
   the translator accepts (a list is a value with an identity, ``x.next_free_block`` a

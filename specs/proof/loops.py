@@ -51,29 +51,32 @@ def _popleft_n_detach(view: LoopView) -> Any:
 
 
 def _batch_link(view: LoopView) -> Any:
-    """append_n's and prepend_n's loop after k rounds: ``batch[:k]`` is linked after ``before``.
+    """append_n's and prepend_n's loop after k rounds: ``batch[:k]`` is staged off ``staging``.
 
-    Each of them was admissible and is new (``index`` numbers them: no repeat), and is linked
-    behind the previous one; ``last`` is the last linked; the last one's forward link is still
-    None and the block after the run still names ``before``: nothing else changed.
+    ``staging`` is ``last`` at the loop's entry, the queue's tail (see "Batches" in
+    ``verified_queue/queue.py``): the batch hangs off its outer link. Each block staged was
+    admissible and is new (``index`` numbers them: no repeat), and is linked behind the
+    previous one, the first behind ``staging``, whose outer link names it; ``last`` is the last
+    staged, and its forward link is still None; ``staging``'s back link is as it was, and
+    nothing else changed: the queue itself is not written until the join after the loop.
     """
     items, _length = view.items("batch")
     k, pos = view.k, view.ghost.pos
-    before = view.entry.env["last"]
+    staging = view.entry.env["last"]
     index = view.extra["index"]
     now, entry = view.now.heap, view.entry.heap
     j, y = z3.Int("j"), z3.Const("y", NODE)
     linked = z3.And(
         _admissible(view.ghost, items[j]),
         index[items[j]] == j,
-        now.prv[items[j]] == z3.If(j == 0, before, items[j - 1]),
+        now.prv[items[j]] == z3.If(j == 0, staging, items[j - 1]),
         now.nxt[items[j]] == z3.If(j + 1 < k, items[j + 1], NONE),
     )
     return z3.And(
-        pos[before] >= 0,
-        view.local("last") == z3.If(k == 0, before, items[k - 1]),
-        now.nxt[before] == z3.If(k == 0, entry.nxt[before], items[0]),
-        now.prv[before] == entry.prv[before],
+        pos[staging] >= 0,
+        view.local("last") == z3.If(k == 0, staging, items[k - 1]),
+        now.nxt[staging] == z3.If(k == 0, entry.nxt[staging], items[0]),
+        now.prv[staging] == entry.prv[staging],
         _forall([j], z3.Implies(z3.And(j >= 0, j < k), linked), patterns=[items[j]]),
         _forall(
             [y],
@@ -83,7 +86,7 @@ def _batch_link(view: LoopView) -> Any:
         _forall(
             [y],
             z3.Implies(
-                z3.And(index[y] == -1, y != before),
+                z3.And(index[y] == -1, y != staging),
                 z3.And(now.nxt[y] == entry.nxt[y], now.prv[y] == entry.prv[y]),
             ),
             patterns=[now.nxt[y], now.prv[y]],
@@ -101,8 +104,8 @@ _BATCH_LOOP = LoopSpec(
 def walk_back(start: str) -> LoopInvariant:
     """The invariant of an undo's walk back from a failed batch's ``last`` to its local ``start``.
 
-    ``_unstage`` walks back to ``staging``; the planted copies of the design that linked a
-    batch straight onto the chain walk back to ``before_run``.
+    ``unstage`` (:mod:`verified_queue._undo`) and its planted copies walk back to
+    ``staging``, the tail the batch was staged off.
     """
 
     def walked(view: LoopView) -> Any:
@@ -116,12 +119,12 @@ def walk_back(start: str) -> LoopInvariant:
             raise Unsupported("the undo's caller has no batch list")
         items, _length = view.now.lists[ref.ident]
         k, index, t = view.outer("$k"), view.outer("$index"), view.k
-        before = view.local(start)
+        staging = view.local(start)
         now, raised = view.now.heap, view.entry.heap
         j, y = z3.Int("j"), z3.Const("y", NODE)
         return z3.And(
             t <= k,
-            view.local("block") == z3.If(t == k, before, items[k - 1 - t]),
+            view.local("block") == z3.If(t == k, staging, items[k - 1 - t]),
             _forall(
                 [j],
                 z3.Implies(
@@ -148,5 +151,5 @@ LOOP_INVARIANTS: dict[tuple[str, int], LoopInvariant | LoopSpec] = {
     ("FreeBlockQueue.popleft_n", 0): _popleft_n_detach,
     ("FreeBlockQueue.append_n", 0): _BATCH_LOOP,
     ("FreeBlockQueue.prepend_n", 0): _BATCH_LOOP,
-    ("_unstage", 0): walk_back("staging"),
+    ("unstage", 0): walk_back("staging"),
 }

@@ -99,7 +99,7 @@ def test_batch_that_is_not_atomic_is_not_proved(bug: str, operation: str) -> Non
     assert "a refused call changes no link" in found.name
 
 
-#: One-line edits of queue.py, each a bug: the operation whose proof it breaks, and the goal.
+#: One-line edits of queue.py or _undo.py, each a bug: the operation whose proof breaks, its goal.
 EDITS = [
     ("popleft_n", "        block.prev_free_block = head\n", "", "back links"),
     (
@@ -128,15 +128,16 @@ EDITS = [
 
 @pytest.fixture
 def edited_queue(tmp_path: Path) -> Iterator[Any]:
-    """Load an edited copy of queue.py as a module of the package, and unload it afterwards."""
-    name = "verified_queue._edited_for_proof_test"
+    """Load edited copies of queue.py and its undo as modules of the package; unload them after.
 
-    def load(old: str, new: str, *more: tuple[str, str]) -> type:
-        source = Path(str(queue_module.__file__)).with_suffix(".py").read_text(encoding="utf-8")
-        for before, after in ((old, new), *more):
-            assert source.count(before) == 1, before
-            source = source.replace(before, after)
-        path = tmp_path / "edited_queue.py"
+    Each edit is made in whichever of the two files holds its text (exactly once);
+    the edited queue imports the edited undo.
+    """
+    queue_name = "verified_queue._edited_for_proof_test"
+    undo_name = "verified_queue._edited_undo_for_proof_test"
+    package = Path(str(queue_module.__file__)).parent
+
+    def module_from(name: str, source: str, path: Path) -> Any:
         path.write_text(source, encoding="utf-8")
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None
@@ -144,18 +145,35 @@ def edited_queue(tmp_path: Path) -> Iterator[Any]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
+        return module
+
+    def load(old: str, new: str, *more: tuple[str, str]) -> type:
+        sources = {
+            "queue": (package / "queue.py").read_text(encoding="utf-8"),
+            "undo": (package / "_undo.py").read_text(encoding="utf-8"),
+        }
+        for before, after in ((old, new), *more):
+            holders = [name for name, text in sources.items() if text.count(before) == 1]
+            assert len(holders) == 1, before
+            sources[holders[0]] = sources[holders[0]].replace(before, after)
+        module_from(undo_name, sources["undo"], tmp_path / "edited_undo.py")
+        queue_source = sources["queue"].replace(
+            "from verified_queue._undo import", f"from {undo_name} import"
+        )
+        module = module_from(queue_name, queue_source, tmp_path / "edited_queue.py")
         queue_class: type = module.FreeBlockQueue
         return queue_class
 
     yield load
-    sys.modules.pop(name, None)
+    sys.modules.pop(queue_name, None)
+    sys.modules.pop(undo_name, None)
 
 
 @pytest.mark.parametrize(("operation", "old", "new", "goal"), EDITS)
 def test_an_edit_to_queue_py_changes_what_is_proved(
     edited_queue: Any, operation: str, old: str, new: str, goal: str
 ) -> None:
-    """The proof reads queue.py itself: a one-line bug there leaves the goal it breaks unproved."""
+    """The proof reads queue.py and its undo: a one-line bug there leaves its goal unproved."""
     results = proof.prove(
         [operation], edited_queue(old, new), stop_at_first_failure=True, timeout_ms=2_000
     )
