@@ -43,6 +43,7 @@ from specs.layer_matrix import (
     render_table,
 )
 from specs.planted_bugs import CATALOGUE, KINDS
+from specs.planted_bugs.copies import COPIES
 from specs.planted_bugs.keys import planted
 from specs.planted_bugs.kvcache import CLIENT_CATALOGUE, CLIENT_KINDS, ClientBug
 from verified_queue.queue import FreeBlockQueue
@@ -131,10 +132,7 @@ for _layer, _name in list(MISSES):
 #: The misses of a machine that can meet the bug but did not in the matrix's short runs
 #: (its own planted-bug test, with more examples, catches it): (layer, bug) -> reason.
 MISSED_BY_BUDGET: dict[tuple[str, str], str] = dict.fromkeys(
-    (
-        ("shared pool", "iter_blocks_after_yields_cursor"),
-        ("check mode", "constructor_not_atomic_for_iterables"),
-    ),
+    (("check mode", "constructor_not_atomic_for_iterables"),),
     f"it can meet it, but did not in its {MACHINE_EXAMPLES} runs of up to {MACHINE_STEPS} steps "
     "(runs of 100 examples of up to 30 steps catch it)",
 )
@@ -181,7 +179,7 @@ for _name in (
     "append_n_not_atomic",
     "prepend_n_not_atomic",
     "append_n_undo_clears_next_only",
-    "prepend_n_undo_skips_rejoin",
+    "prepend_n_undo_leaves_tail_link",
     "prepend_n_counts_before_linking",
 ):
     MISSES["damage machine", _name] = _NOTHING_REFUSED
@@ -190,7 +188,7 @@ for _name in (
     "append_n_not_atomic",
     "prepend_n_not_atomic",
     "append_n_undo_clears_next_only",
-    "prepend_n_undo_skips_rejoin",
+    "prepend_n_undo_leaves_tail_link",
     "prepend_n_reversed",
 ):
     MISSES["cross-check machine", _name] = _ONE_BLOCK
@@ -241,9 +239,10 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
 #: Columns measured outside the default run: layer -> (when and where, bug -> caught).
 RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
     "proof": (
-        "measured 2026-12-03 with `python -m specs.bug_matrix --proof` (z3 5.4, 2 s per "
-        "obligation; a planted loop that is the production loop gets its invariant) on the "
-        "catalogue of commit 9fe302d. `popleft_n_shares_empty_result` is refuted on the goal "
+        "measured 2026-12-04 with `python -m specs.bug_matrix --proof` (z3 5.4, 2 s per "
+        "obligation; a planted loop that is the production loop gets its invariant, the planted "
+        "copies of `unstage` included) on the catalogue whose copies were remade from the code "
+        "of commit ddde092. `popleft_n_shares_empty_result` is refuted on the goal "
         "'returns a list': the translator does not take the module-level list it returns for "
         "a new list",
         {
@@ -257,7 +256,7 @@ RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
             "append_n_not_atomic": True,
             "prepend_n_not_atomic": True,
             "append_n_undo_clears_next_only": True,
-            "prepend_n_undo_skips_rejoin": True,
+            "prepend_n_undo_leaves_tail_link": True,
             "popleft_n_shares_empty_result": True,
             "popleft_n_reuses_buffer": False,
             "popleft_leaves_links": True,
@@ -268,11 +267,11 @@ RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
         },
     ),
     "crosshair": (
-        "measured 2026-12-03 with `tox -e crosshair-planted`'s test (specs/crosshair_run.py "
+        "measured 2026-12-04 with `tox -e crosshair-planted`'s test (specs/crosshair_run.py "
         "--first, 6 CPU-s per condition, the contract of the overridden method first, then the "
-        "others in turn) on commit a6d5658: all 26 bugs in 103 s on 2 shared cores. Every one "
-        "gave a counterexample; `append_n_wrong_neighbour` and `prepend_n_reversed` only in "
-        "operations_contract (their own contracts found none in 6 s)",
+        "others in turn) on the catalogue whose copies were remade from the code of commit "
+        "ddde092: all 26 bugs in 33 s on 2 shared cores. Every one gave a counterexample to the "
+        "contract of the method it overrides",
         {
             "popleft_n_off_by_one": True,
             "popleft_n_allows_negative": True,
@@ -286,7 +285,7 @@ RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
             "append_n_not_atomic": True,
             "prepend_n_not_atomic": True,
             "append_n_undo_clears_next_only": True,
-            "prepend_n_undo_skips_rejoin": True,
+            "prepend_n_undo_leaves_tail_link": True,
             "popleft_n_shares_empty_result": True,
             "popleft_n_reuses_buffer": True,
             "get_all_free_blocks_reuses_list": True,
@@ -469,6 +468,15 @@ def compute_client() -> dict[tuple[str, str], bool]:
     return dict(_client_matrix())
 
 
+#: The planted copies of ``verified_queue._undo.unstage``, by function name.
+_UNSTAGE_COPIES = tuple(
+    copy.planted.rsplit(":", 1)[1]
+    for copies in COPIES.values()
+    for copy in copies
+    if copy.production == "verified_queue/_undo.py:unstage"
+)
+
+
 def prove(bugs: Iterable[tuple[str, str, type[FreeBlockQueue[Any]]]]) -> dict[str, bool]:
     """The proof column for ``bugs`` (name, method, class), each of a proved operation.
 
@@ -486,8 +494,9 @@ def prove(bugs: Iterable[tuple[str, str, type[FreeBlockQueue[Any]]]]) -> dict[st
         production = invariants.get((f"FreeBlockQueue.{operation}", 0))
         if production is not None:
             invariants[f"{queue_type.__name__}.{operation}", 0] = production
-        for helper in ("_unlink_run_next_only", "_unlink_run_without_rejoin"):
-            invariants[helper, 0] = proof.walk_back("before_run")
+        # A planted copy of the undo's walk back is the production loop: the same invariant.
+        for helper in _UNSTAGE_COPIES:
+            invariants[helper, 0] = proof.LOOP_INVARIANTS["unstage", 0]
         try:
             results = proof.prove(
                 [operation],
@@ -527,8 +536,11 @@ def render(
         "`tests/verification/test_bug_matrix.py` fails when this page and the layers disagree. -->",
         "",
         f"`specs/planted_bugs/` plants {len(CATALOGUE)} realistic single-point bugs, each a "
-        "subclass of `FreeBlockQueue` whose one overridden method copies the production method "
-        "with one defect (`tests/verification/test_planted_bugs.py` pins each bug's symptom, "
+        "subclass of `FreeBlockQueue` that overrides one method, most of them with the "
+        "production method copied with one defect "
+        "(`tests/verification/test_planted_copies.py` holds each copy to the production code "
+        "but for one hunk, and names the few written from scratch, with the reason; "
+        "`tests/verification/test_planted_bugs.py` pins each bug's symptom, "
         "and that it shows no other bug's). This page runs every bug against every "
         "verification layer of [Verification](verification.md): the queue's layers, and the "
         "checkers' layers of [the checker matrix](checker-bug-matrix.md) (damage, "

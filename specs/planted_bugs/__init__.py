@@ -3,8 +3,11 @@
 Each class overrides one method of :class:`~verified_queue.FreeBlockQueue` with a small,
 realistic mistake: the kind a refactor or a "harmless" speed-up introduces. Everything else,
 error messages included, is the production code's, so a checker that reports a planted bug
-reports the bug, not a difference in wording. Where the method is one the all-sizes proof
-translates, the bug is the production method copied with the one defect.
+reports the bug, not a difference in wording. Most bugs are the production method (or a
+helper it calls) copied with the one defect: :data:`specs.planted_bugs.copies.COPIES` records
+what each copies, and ``tests/verification/test_planted_copies.py`` holds every copy to the
+code it copies but for one hunk; :data:`~specs.planted_bugs.copies.NOT_COPIES` names the few
+written from scratch, each with the reason.
 
 :data:`CATALOGUE` records each bug's kind (:data:`KINDS`: guards, undo paths, aliasing,
 constructors, linking, counts, iteration, identity) and the method it overrides; each kind's
@@ -63,7 +66,7 @@ from specs.planted_bugs.undo import (
     AppendNNotAtomic,
     AppendNUndoClearsNextOnly,
     PrependNNotAtomic,
-    PrependNUndoSkipsRejoin,
+    PrependNUndoLeavesTailLink,
 )
 from verified_queue.queue import FreeBlockQueue
 
@@ -94,7 +97,7 @@ __all__ = [
     "PrependNGuardReadsPrevOnly",
     "PrependNNotAtomic",
     "PrependNReversed",
-    "PrependNUndoSkipsRejoin",
+    "PrependNUndoLeavesTailLink",
     "RemoveAcceptsSentinel",
     "RemoveForgetsCount",
     "SentinelReturned",
@@ -142,7 +145,7 @@ CATALOGUE: dict[str, PlantedBug] = {
     "append_n_not_atomic": PlantedBug(AppendNNotAtomic, "undo", "append_n"),
     "prepend_n_not_atomic": PlantedBug(PrependNNotAtomic, "undo", "prepend_n"),
     "append_n_undo_clears_next_only": PlantedBug(AppendNUndoClearsNextOnly, "undo", "append_n"),
-    "prepend_n_undo_skips_rejoin": PlantedBug(PrependNUndoSkipsRejoin, "undo", "prepend_n"),
+    "prepend_n_undo_leaves_tail_link": PlantedBug(PrependNUndoLeavesTailLink, "undo", "prepend_n"),
     # aliasing
     "popleft_n_shares_empty_result": PlantedBug(PopleftNSharesEmptyResult, "aliasing", "popleft_n"),
     "popleft_n_reuses_buffer": PlantedBug(PopleftNReusesBuffer, "aliasing", "popleft_n"),

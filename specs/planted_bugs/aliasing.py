@@ -5,12 +5,14 @@ The bugs of kind ``"aliasing"`` in :data:`specs.planted_bugs.CATALOGUE`.
 
 from __future__ import annotations
 
-from typing import Any, SupportsIndex, cast
+from typing import Any, SupportsIndex
 
-from specs.planted_bugs._common import B, _linked
-from verified_queue._messages import count_argument
-from verified_queue.errors import EmptyQueueError, NegativeCountError
-from verified_queue.queue import FreeBlockQueue
+from specs.planted_bugs._common import B
+from verified_queue._messages import count_argument, lost_inner_link, too_few_blocks
+from verified_queue._undo import relink_taken
+from verified_queue.block import Block
+from verified_queue.errors import NegativeCountError
+from verified_queue.queue import _COLLECTS_AT_CHECKPOINTS, FreeBlockQueue, _checkpoint
 
 __all__ = ["GetAllFreeBlocksReusesList", "PopleftNReusesBuffer", "PopleftNSharesEmptyResult"]
 
@@ -25,20 +27,6 @@ _LISTING: list[Any] = []
 _POPPED: list[Any] = []
 
 
-def _take_front(queue: FreeBlockQueue[B], count: int, into: list[B]) -> None:
-    """Detach the first ``count`` blocks of ``queue`` into ``into`` and rejoin the head."""
-    head = queue.fake_free_list_head
-    block = _linked(head.next_free_block)
-    for _ in range(count):
-        into.append(cast(B, block))
-        following = _linked(block.next_free_block)
-        block.prev_free_block = block.next_free_block = None
-        block = following
-    head.next_free_block = block
-    block.prev_free_block = head
-    queue.num_free_blocks -= count
-
-
 class PopleftNSharesEmptyResult(FreeBlockQueue[B]):
     """``popleft_n(0)`` returns one shared empty list instead of a new one (a "free" fast path).
 
@@ -50,9 +38,62 @@ class PopleftNSharesEmptyResult(FreeBlockQueue[B]):
 
     def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Pop ``n`` blocks; for ``n == 0``, return the shared empty list."""
-        if type(n) is int and n == 0:
-            return _NO_BLOCKS  # should be ``[]``: the caller owns the list it gets
-        return super().popleft_n(n)
+        count: int = n if type(n) is int else count_argument("popleft_n", n)
+        if count == 0:
+            return _NO_BLOCKS  # should be a new list: the caller owns the list it gets
+        if count > self.num_free_blocks:
+            raise too_few_blocks(count, self.num_free_blocks)
+        if count < 0:
+            raise NegativeCountError(f"popleft_n({count}): the count must not be negative")
+        head = self.fake_free_list_head
+        # One pass detaches the run block by block; the head and the first kept block
+        # are rewired only after it. Filled by index, which is cheaper per block than
+        # list.append in CPython.
+        popped: list[B] = [None] * count  # type: ignore[list-item]  # every slot is filled below
+        # The allocation may set off a garbage collection, whose finalizers may take
+        # blocks from this queue: count again, once it has run, and read the front only
+        # then. Python 3.12+ runs it at the next call or loop, not in the allocation.
+        if _COLLECTS_AT_CHECKPOINTS:
+            _checkpoint()
+        if count > self.num_free_blocks:
+            raise too_few_blocks(count, self.num_free_blocks)
+        following: Block | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
+        undone = False
+        try:
+            try:
+                try:
+                    block: Block = head.next_free_block  # type: ignore[assignment]  # I1
+                    for index in range(count):
+                        popped[index] = block  # type: ignore[assignment]  # I2: count <= n, never the tail
+                        following = block.next_free_block
+                        # I4: each popped block leaves detached.
+                        block.prev_free_block = block.next_free_block = None
+                        block = following  # type: ignore[assignment]  # I1: set on every linked block
+                except BaseException as error:
+                    # A signal between two blocks, or a None link inside the counted run (I1
+                    # broken by outside code): put every block taken so far back where it was.
+                    arrived = relink_taken(head, popped, following)
+                    undone = True
+                    if arrived is not None:
+                        raise arrived  # noqa: B904 -- it carries the first error as its __context__
+                    if isinstance(error, (AttributeError, TypeError)):
+                        raise lost_inner_link("popleft_n", "head") from None
+                    raise
+            except BaseException as arrived:
+                if undone:
+                    raise
+                raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if undone:
+                raise
+            raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+        # Splice the run out: the first kept block (or the tail) follows the head.
+        head.next_free_block = block
+        block.prev_free_block = head
+        self.num_free_blocks -= count  # I2
+        return popped
 
 
 class PopleftNReusesBuffer(FreeBlockQueue[B]):
@@ -68,14 +109,59 @@ class PopleftNReusesBuffer(FreeBlockQueue[B]):
         """Detach and return the first ``n`` blocks, in the buffer every call shares."""
         count: int = n if type(n) is int else count_argument("popleft_n", n)
         if count > self.num_free_blocks:
-            raise EmptyQueueError(
-                f"popleft_n({count}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
-            )
+            raise too_few_blocks(count, self.num_free_blocks)
         if count < 0:
             raise NegativeCountError(f"popleft_n({count}): the count must not be negative")
+        head = self.fake_free_list_head
+        # One pass detaches the run block by block; the head and the first kept block
+        # are rewired only after it. Filled by index, which is cheaper per block than
+        # list.append in CPython.
         popped: list[B] = _POPPED  # should be a new list
         popped.clear()
-        _take_front(self, count, popped)
+        popped.extend([None] * count)  # type: ignore[list-item]  # every slot is filled below
+        # The allocation may set off a garbage collection, whose finalizers may take
+        # blocks from this queue: count again, once it has run, and read the front only
+        # then. Python 3.12+ runs it at the next call or loop, not in the allocation.
+        if _COLLECTS_AT_CHECKPOINTS:
+            _checkpoint()
+        if count > self.num_free_blocks:
+            raise too_few_blocks(count, self.num_free_blocks)
+        following: Block | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
+        undone = False
+        try:
+            try:
+                try:
+                    block: Block = head.next_free_block  # type: ignore[assignment]  # I1
+                    for index in range(count):
+                        popped[index] = block  # type: ignore[assignment]  # I2: count <= n, never the tail
+                        following = block.next_free_block
+                        # I4: each popped block leaves detached.
+                        block.prev_free_block = block.next_free_block = None
+                        block = following  # type: ignore[assignment]  # I1: set on every linked block
+                except BaseException as error:
+                    # A signal between two blocks, or a None link inside the counted run (I1
+                    # broken by outside code): put every block taken so far back where it was.
+                    arrived = relink_taken(head, popped, following)
+                    undone = True
+                    if arrived is not None:
+                        raise arrived  # noqa: B904 -- it carries the first error as its __context__
+                    if isinstance(error, (AttributeError, TypeError)):
+                        raise lost_inner_link("popleft_n", "head") from None
+                    raise
+            except BaseException as arrived:
+                if undone:
+                    raise
+                raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if undone:
+                raise
+            raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+        # Splice the run out: the first kept block (or the tail) follows the head.
+        head.next_free_block = block
+        block.prev_free_block = head
+        self.num_free_blocks -= count  # I2
         return popped
 
 
@@ -91,10 +177,10 @@ class GetAllFreeBlocksReusesList(FreeBlockQueue[B]):
     def get_all_free_blocks(self) -> list[B]:
         """Return the free blocks, front first, in the list the previous call returned."""
         tail = self.fake_free_list_tail
-        block = _linked(self.fake_free_list_head.next_free_block)
+        block: Block = self.fake_free_list_head.next_free_block  # type: ignore[assignment]  # I1
         found: list[B] = _LISTING  # should be a new list
         found.clear()
         while block is not tail:
-            found.append(cast(B, block))
-            block = _linked(block.next_free_block)
+            found.append(block)  # type: ignore[arg-type]  # I1: a B
+            block = block.next_free_block  # type: ignore[assignment]  # I1
         return found

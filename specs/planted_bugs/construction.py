@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from specs.planted_bugs._common import B
+from specs.planted_bugs._common import B, BlockT
 from verified_queue.block import Block, Sentinel
 from verified_queue.queue import FreeBlockQueue
 
@@ -26,7 +26,14 @@ class ConstructorNotAtomicForIterables(FreeBlockQueue[B]):
 
     def __init__(self, blocks: Iterable[B] = ()) -> None:
         """Link ``blocks``: a list as a batch, anything else block by block."""
-        super().__init__()
+        head = Sentinel("head")
+        tail = Sentinel("tail")
+        # I1: an empty queue is the two sentinels linked to each other.
+        head.next_free_block = tail
+        tail.prev_free_block = head
+        self.fake_free_list_head = head
+        self.fake_free_list_tail = tail
+        self.num_free_blocks = 0
         if type(blocks) is list:
             self.append_n(blocks)
         else:
@@ -34,7 +41,7 @@ class ConstructorNotAtomicForIterables(FreeBlockQueue[B]):
                 self.append(block)
 
 
-class ConstructorSkipsLinkCheck(FreeBlockQueue[B]):
+class ConstructorSkipsLinkCheck(FreeBlockQueue[BlockT]):
     """The constructor links its blocks directly, as vLLM's does, without ``append_n``'s checks.
 
     A new queue's blocks are taken to be fresh, so a repeated block or one linked in another
@@ -43,7 +50,7 @@ class ConstructorSkipsLinkCheck(FreeBlockQueue[B]):
 
     __slots__ = ()
 
-    def __init__(self, blocks: Iterable[B] = ()) -> None:
+    def __init__(self, blocks: Iterable[BlockT] = ()) -> None:
         """Link ``blocks`` front to back without checking that they are detached."""
         head = Sentinel("head")
         tail = Sentinel("tail")

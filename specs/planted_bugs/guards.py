@@ -1,6 +1,8 @@
 """Guards: planted bugs where a check lets misuse through, or refuses correct use.
 
-The bugs of kind ``"guard"`` in :data:`specs.planted_bugs.CATALOGUE`.
+The bugs of kind ``"guard"`` in :data:`specs.planted_bugs.CATALOGUE`. Most are the production
+method copied with its guard changed; :data:`specs.planted_bugs.copies.NOT_COPIES` says why
+the others are not.
 """
 
 from __future__ import annotations
@@ -8,17 +10,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import SupportsIndex, cast
 
-from specs.planted_bugs._common import B, _linked, _undo_staged
+from specs.planted_bugs._common import B, BlockT
 from verified_queue._messages import (
     already_linked,
+    batch_argument,
     count_argument,
+    first_unlinkable,
     lost_inner_link,
+    not_a_block,
     not_linked,
+    too_few_blocks,
 )
-from verified_queue._undo import relink_taken
+from verified_queue._undo import finish_unstage, means_not_a_block, relink_taken, unstage
 from verified_queue.block import Block
-from verified_queue.errors import EmptyQueueError, NegativeCountError
-from verified_queue.queue import EMPTY_QUEUE_MESSAGE, FreeBlockQueue
+from verified_queue.errors import EmptyQueueError, QueueError
+from verified_queue.queue import (
+    _COLLECTS_AT_CHECKPOINTS,
+    EMPTY_QUEUE_MESSAGE,
+    FreeBlockQueue,
+    _checkpoint,
+)
 
 __all__ = [
     "AppendGuardReadsNextOnly",
@@ -40,14 +51,10 @@ class PopleftNOffByOne(FreeBlockQueue[B]):
 
     def popleft_n(self, n: SupportsIndex) -> list[B]:
         """Pop ``n`` blocks, wrongly refusing to empty the queue."""
-        n = n if type(n) is int else count_argument("popleft_n", n)
-        if n >= self.num_free_blocks:
-            raise EmptyQueueError(
-                f"popleft_n({n}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
-            )
-        if n < 0:
-            raise NegativeCountError(f"popleft_n({n}): the count must not be negative")
-        return super().popleft_n(n)
+        count: int = n if type(n) is int else count_argument("popleft_n", n)
+        if count >= self.num_free_blocks:  # should be >
+            raise too_few_blocks(count, self.num_free_blocks)
+        return super().popleft_n(count)
 
 
 class PopleftNAllowsNegative(FreeBlockQueue[B]):
@@ -62,28 +69,56 @@ class PopleftNAllowsNegative(FreeBlockQueue[B]):
         """Pop ``n`` blocks, without refusing a negative ``n``."""
         count: int = n if type(n) is int else count_argument("popleft_n", n)
         if count > self.num_free_blocks:
-            raise EmptyQueueError(
-                f"popleft_n({count}) from a FreeBlockQueue with {self.num_free_blocks} free blocks"
-            )
+            raise too_few_blocks(count, self.num_free_blocks)
         # should raise NegativeCountError here for count < 0
         head = self.fake_free_list_head
+        # One pass detaches the run block by block; the head and the first kept block
+        # are rewired only after it. Filled by index, which is cheaper per block than
+        # list.append in CPython.
         popped: list[B] = [None] * count  # type: ignore[list-item]  # every slot is filled below
+        # The allocation may set off a garbage collection, whose finalizers may take
+        # blocks from this queue: count again, once it has run, and read the front only
+        # then. Python 3.12+ runs it at the next call or loop, not in the allocation.
+        if _COLLECTS_AT_CHECKPOINTS:
+            _checkpoint()
+        if count > self.num_free_blocks:
+            raise too_few_blocks(count, self.num_free_blocks)
         following: Block | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
+        undone = False
         try:
-            block: Block = head.next_free_block  # type: ignore[assignment]  # I1
-            for index in range(count):
-                popped[index] = block  # type: ignore[assignment]  # never the tail
-                following = block.next_free_block
-                block.prev_free_block = block.next_free_block = None
-                block = following  # type: ignore[assignment]  # I1: set on every linked block
-        except BaseException as error:
-            relink_taken(head, popped, following)
-            if isinstance(error, (AttributeError, TypeError)):
-                raise lost_inner_link("popleft_n", "head") from None
-            raise
+            try:
+                try:
+                    block: Block = head.next_free_block  # type: ignore[assignment]  # I1
+                    for index in range(count):
+                        popped[index] = block  # type: ignore[assignment]  # I2: count <= n, never the tail
+                        following = block.next_free_block
+                        # I4: each popped block leaves detached.
+                        block.prev_free_block = block.next_free_block = None
+                        block = following  # type: ignore[assignment]  # I1: set on every linked block
+                except BaseException as error:
+                    # A signal between two blocks, or a None link inside the counted run (I1
+                    # broken by outside code): put every block taken so far back where it was.
+                    arrived = relink_taken(head, popped, following)
+                    undone = True
+                    if arrived is not None:
+                        raise arrived  # noqa: B904 -- it carries the first error as its __context__
+                    if isinstance(error, (AttributeError, TypeError)):
+                        raise lost_inner_link("popleft_n", "head") from None
+                    raise
+            except BaseException as arrived:
+                if undone:
+                    raise
+                raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if undone:
+                raise
+            raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
+        # Splice the run out: the first kept block (or the tail) follows the head.
         head.next_free_block = block
         block.prev_free_block = head
-        self.num_free_blocks -= count
+        self.num_free_blocks -= count  # I2
         return popped
 
 
@@ -123,12 +158,23 @@ class AppendSkipsDoubleFreeCheck(FreeBlockQueue[B]):
     def append(self, block: B) -> None:
         """Link ``block`` at the back, whatever its links say."""
         tail = self.fake_free_list_tail
-        last = _linked(tail.prev_free_block)
-        last.next_free_block = block
-        block.prev_free_block = last
-        block.next_free_block = tail
-        tail.prev_free_block = block
-        self.num_free_blocks += 1
+        try:
+            node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
+            # should refuse a block with a link set (I4)
+            last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
+            # Link the block between the old last block and the tail.
+            last.next_free_block = node
+        except QueueError:
+            raise
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
+            # Nothing was written: the first write is the one that failed, if any did.
+            if tail.prev_free_block is None:
+                raise lost_inner_link("append", "tail") from None
+            raise not_a_block("append", block) from None
+        node.prev_free_block = last
+        node.next_free_block = tail
+        tail.prev_free_block = node
+        self.num_free_blocks += 1  # I2
 
 
 class AppendGuardReadsNextOnly(FreeBlockQueue[B]):
@@ -143,14 +189,25 @@ class AppendGuardReadsNextOnly(FreeBlockQueue[B]):
     def append(self, block: B) -> None:
         """Link ``block`` at the back, refusing it only if its forward link is set."""
         tail = self.fake_free_list_tail
-        if block.next_free_block is not None:  # should also test prev_free_block
-            raise already_linked("append", block)
-        last = _linked(tail.prev_free_block)
-        last.next_free_block = block
-        block.prev_free_block = last
-        block.next_free_block = tail
-        tail.prev_free_block = block
-        self.num_free_blocks += 1
+        try:
+            node: Block = block  # type: ignore[assignment]  # compiled: a Block, checked here
+            if node.next_free_block is not None:  # should also test prev_free_block
+                # I4: only a detached block may join.
+                raise already_linked("append", block)
+            last: Block = tail.prev_free_block  # type: ignore[assignment]  # I1: the tail has a predecessor
+            # Link the block between the old last block and the tail.
+            last.next_free_block = node
+        except QueueError:
+            raise
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
+            # Nothing was written: the first write is the one that failed, if any did.
+            if tail.prev_free_block is None:
+                raise lost_inner_link("append", "tail") from None
+            raise not_a_block("append", block) from None
+        node.prev_free_block = last
+        node.next_free_block = tail
+        tail.prev_free_block = node
+        self.num_free_blocks += 1  # I2
 
 
 class PrependNGuardReadsPrevOnly(FreeBlockQueue[B]):
@@ -164,35 +221,56 @@ class PrependNGuardReadsPrevOnly(FreeBlockQueue[B]):
 
     def prepend_n(self, blocks: Iterable[B]) -> None:
         """Link ``blocks`` at the front, refusing a block only if its back link is set."""
-        batch: list[B] = blocks if type(blocks) is list else list(blocks)
-        added = len(batch)
+        batch: list[B] = blocks if type(blocks) is list else batch_argument("prepend_n", blocks)  # type: ignore[assignment]  # checked as it is linked
+        added = len(batch)  # before the links close, as in append_n
         head = self.fake_free_list_head
         tail = self.fake_free_list_tail
-        last: Block = tail
+        if head.next_free_block is None:
+            raise lost_inner_link("prepend_n", "head")
+        last: Block = tail  # staged off the tail's outer link, as in append_n
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
+        undone = False
         try:
-            node: Block
-            for node in batch:
-                if node.prev_free_block is not None:  # should also test next_free_block
-                    raise already_linked("prepend_n", node, last, tail)
-                node.prev_free_block = last
-                last.next_free_block = node
-                last = node
-            after = head.next_free_block
-            if after is None:
-                raise lost_inner_link("prepend_n", "head")
-        except BaseException as error:
-            raise _undo_staged("prepend_n", batch, tail, last, error=error) from None
+            try:
+                try:
+                    node: Block
+                    for node in batch:  # type: ignore[assignment]  # compiled: each a Block, checked here
+                        if node.prev_free_block is not None:  # should also test next_free_block
+                            # I4: only a detached block may join.
+                            raise already_linked("prepend_n", node, last, tail)
+                        node.prev_free_block = last
+                        last.next_free_block = node
+                        last = node
+                    after = head.next_free_block  # after the loop, as in append_n
+                    if after is None:
+                        raise lost_inner_link("prepend_n", "head")
+                except BaseException as error:
+                    unstage(tail, last)
+                    undone = True
+                    if means_not_a_block(error, batch, last, tail):
+                        raise not_a_block("prepend_n", first_unlinkable(batch)) from None
+                    raise
+            except BaseException as arrived:
+                if undone:
+                    raise
+                raise finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
+        except BaseException as arrived:
+            if undone:
+                raise
+            raise finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is kept
         if last is not tail:  # a batch was staged
-            first: Block = batch[0]
-            tail.next_free_block = None
+            # Join the staged chain between the head and the old front, as in append_n.
+            first: Block = batch[0]  # type: ignore[assignment]  # a Block: the loop took it as one
+            tail.next_free_block = None  # I1: the tail's outer link is free again
             first.prev_free_block = head
             head.next_free_block = first
             last.next_free_block = after
             after.prev_free_block = last
-            self.num_free_blocks += added
+            self.num_free_blocks += added  # I2
 
 
-class RemoveAcceptsSentinel(FreeBlockQueue[B]):
+class RemoveAcceptsSentinel(FreeBlockQueue[BlockT]):
     """``remove`` guards with ``and`` where it needs ``or``, so a sentinel (one link) gets through.
 
     Removing the tail sentinel cuts the last block's forward link and then fails on the
@@ -201,7 +279,7 @@ class RemoveAcceptsSentinel(FreeBlockQueue[B]):
 
     __slots__ = ()
 
-    def remove(self, block: B) -> None:
+    def remove(self, block: BlockT) -> None:
         """Unlink ``block``, letting a sentinel past the guard."""
         before = block.prev_free_block
         after = block.next_free_block
@@ -244,10 +322,17 @@ class IterBlocksAfterGuardReadsNextOnly(FreeBlockQueue[B]):
         """Yield the blocks after ``cursor``, testing only its forward link."""
         if cursor is None:
             return self._walk(self.fake_free_list_head.next_free_block)
-        following = cursor.next_free_block
-        if following is None:  # should also test prev_free_block
-            if cursor is self.fake_free_list_tail:
-                following = cursor
+        try:
+            node: Block = cursor  # type: ignore[assignment]  # compiled: a Block, checked here
+            following = node.next_free_block
+            linked = following is not None  # should also test prev_free_block
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
+            raise not_a_block("iter_blocks_after", cursor) from None
+        if not linked:
+            if node is self.fake_free_list_head:
+                following = node.next_free_block
+            elif node is self.fake_free_list_tail:
+                following = node  # nothing after the tail
             else:
                 raise not_linked("iter_blocks_after", cursor)
         return self._walk(following)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from specs.planted_bugs._common import B
-from verified_queue._messages import not_linked
+from verified_queue._messages import not_a_block, not_linked
+from verified_queue.block import Block
 from verified_queue.queue import FreeBlockQueue
 
 __all__ = ["IterBlocksAfterYieldsCursor", "IterYieldsHeadSentinel"]
@@ -25,13 +26,22 @@ class IterBlocksAfterYieldsCursor(FreeBlockQueue[B]):
 
     def iter_blocks_after(self, cursor: B | None) -> Iterator[B]:
         """Yield the cursor and the blocks after it (or every block for ``None``)."""
-        if cursor is None or cursor is self.fake_free_list_head:
-            return iter(self)
-        if cursor is self.fake_free_list_tail:
-            return iter(())
-        if cursor.next_free_block is None or cursor.prev_free_block is None:
-            raise not_linked("iter_blocks_after", cursor)
-        return self._walk(cursor)  # should start at cursor.next_free_block
+        if cursor is None:
+            return self._walk(self.fake_free_list_head.next_free_block)
+        try:
+            node: Block = cursor  # type: ignore[assignment]  # compiled: a Block, checked here
+            following = node.next_free_block
+            linked = following is not None and node.prev_free_block is not None
+        except Exception:  # not a block: no link, or a lookup that raises (a proxy)
+            raise not_a_block("iter_blocks_after", cursor) from None
+        if not linked:
+            if node is self.fake_free_list_head:
+                following = node.next_free_block
+            elif node is self.fake_free_list_tail:
+                following = node  # nothing after the tail
+            else:
+                raise not_linked("iter_blocks_after", cursor)
+        return self._walk(node)  # should start at following
 
 
 class IterYieldsHeadSentinel(FreeBlockQueue[B]):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from verified_queue.kvcache import keys
+from verified_queue.kvcache import keys as keys_module
 from verified_queue.kvcache.keys import (
     DEFAULT_KEY_FUNCTION,
     BlockHash,
@@ -47,7 +47,7 @@ def planted(bug: KeysBug | None) -> Iterator[None]:
     if bug is None:
         yield
         return
-    names = vars(keys)
+    names = vars(keys_module)
     saved = names[bug.function]
     names[bug.function] = bug.replacement
     try:
@@ -62,8 +62,9 @@ def encode_int_rounds_bytes_down(value: int) -> bytes:
     128, -129 and 2**63 need one more byte than their bits fill, so encoding them raises
     ``OverflowError``: a LoRA id of 128 or a token past 63 bits cannot be keyed.
     """
+    # Two's complement in the fewest whole bytes that keep the sign bit.
     raw = value.to_bytes((value.bit_length() + 7) // 8, "little", signed=True)  # should be // 8 + 1
-    return b"I" + keys._length(len(raw)) + raw
+    return b"I" + keys_module._length(len(raw)) + raw
 
 
 def encode_str_and_bytes_alike(value: object, out: list[bytes]) -> None:
@@ -73,15 +74,17 @@ def encode_str_and_bytes_alike(value: object, out: list[bytes]) -> None:
     """
     if value is None:
         out.append(b"N")
-    elif isinstance(value, int):
-        out.append(keys._encode_int(value))
-    elif isinstance(value, str | bytes):  # should tag bytes with B
-        raw = value.encode("utf-8") if isinstance(value, str) else value
-        out.append(b"S" + keys._length(len(raw)) + raw)
+    elif isinstance(value, int):  # bool too: True == 1 as a dictionary key, so one encoding
+        out.append(keys_module._encode_int(value))
+    elif isinstance(value, str):
+        raw = value.encode("utf-8")
+        out.append(b"S" + keys_module._length(len(raw)) + raw)
+    elif isinstance(value, bytes):
+        out.append(b"S" + keys_module._length(len(value)) + value)  # should tag bytes with B
     elif isinstance(value, tuple):
-        out.append(b"T" + keys._length(len(value)))
+        out.append(b"T" + keys_module._length(len(value)))
         for item in value:
-            keys._encode_extra(item, out)
+            keys_module._encode_extra(item, out)
     else:
         raise TypeError(
             f"an extra key must be an int, str, bytes, None or a tuple of them, "
@@ -104,15 +107,15 @@ def extra_keys_overlap_next_block(
     """
     start = block_index * block_size
     end = start + block_size
-    extra: list[ExtraKey] = []
+    keys: list[ExtraKey] = []
     if lora is not None:
-        extra.append(("lora", lora))
+        keys.append(("lora", lora))
     for item in mm_inputs:
         if item.offset <= end and start < item.offset + item.length:  # should be <
-            extra.append(("mm", item.identifier, item.offset - start))
+            keys.append(("mm", item.identifier, item.offset - start))
     if cache_salt and block_index == 0:
-        extra.append(("cache_salt", cache_salt))
-    return tuple(extra) if extra else None
+        keys.append(("cache_salt", cache_salt))
+    return tuple(keys) if keys else None
 
 
 def extra_keys_drop_lora_zero(
@@ -126,15 +129,15 @@ def extra_keys_drop_lora_zero(
     """``block_extra_keys`` testing ``lora`` for truth: adapter id 0 keys as no adapter."""
     start = block_index * block_size
     end = start + block_size
-    extra: list[ExtraKey] = []
+    keys: list[ExtraKey] = []
     if lora:  # should be: lora is not None
-        extra.append(("lora", lora))
+        keys.append(("lora", lora))
     for item in mm_inputs:
         if item.offset < end and start < item.offset + item.length:
-            extra.append(("mm", item.identifier, item.offset - start))
+            keys.append(("mm", item.identifier, item.offset - start))
     if cache_salt and block_index == 0:
-        extra.append(("cache_salt", cache_salt))
-    return tuple(extra) if extra else None
+        keys.append(("cache_salt", cache_salt))
+    return tuple(keys) if keys else None
 
 
 def request_keys_drop_lone_salt(
@@ -153,18 +156,18 @@ def request_keys_drop_lone_salt(
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, not {block_size}")
-    result = list(known)
-    parent = result[-1] if result else None
+    keys = list(known)
+    parent = keys[-1] if keys else None
     plain = lora is None and not mm_inputs  # should also require: not cache_salt
-    for index in range(len(result), len(token_ids) // block_size):
+    for index in range(len(keys), len(token_ids) // block_size):
         start = index * block_size
         extra = (
             None
             if plain
-            else keys.block_extra_keys(
+            else keys_module.block_extra_keys(
                 index, block_size, lora=lora, mm_inputs=mm_inputs, cache_salt=cache_salt
             )
         )
         parent = key_function(parent, token_ids[start : start + block_size], extra)
-        result.append(parent)
-    return result
+        keys.append(parent)
+    return keys

@@ -6,10 +6,12 @@ The bugs of kind ``"linking"`` in :data:`specs.planted_bugs.CATALOGUE`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import cast
 
-from specs.planted_bugs._common import B, _linked
-from verified_queue._messages import already_linked
+from specs.planted_bugs._common import B, BlockT, _linked
+from verified_queue._messages import (
+    already_linked,
+    lost_inner_link,
+)
 from verified_queue.block import Block
 from verified_queue.errors import EmptyQueueError
 from verified_queue.queue import EMPTY_QUEUE_MESSAGE, FreeBlockQueue
@@ -29,17 +31,23 @@ class PopleftLeavesLinks(FreeBlockQueue[B]):
     def popleft(self) -> B:
         """Splice out the front block without clearing its links."""
         head = self.fake_free_list_head
-        block = _linked(head.next_free_block)
-        following = block.next_free_block
+        try:
+            block: Block = head.next_free_block  # type: ignore[assignment]  # I1: the head has a successor
+            following = block.next_free_block
+        except (AttributeError, TypeError):
+            raise lost_inner_link("popleft", "head") from None
         if following is None:
+            # I1: only the tail has no successor, so the queue is empty.
             raise EmptyQueueError(EMPTY_QUEUE_MESSAGE)
+        # Splice the front block out.
         head.next_free_block = following
         following.prev_free_block = head
-        self.num_free_blocks -= 1
-        return cast(B, block)
+        # should clear the popped block's links (I4)
+        self.num_free_blocks -= 1  # I2
+        return block  # type: ignore[return-value]  # I1: not a sentinel, so a B
 
 
-class AppendNWrongNeighbour(FreeBlockQueue[B]):
+class AppendNWrongNeighbour(FreeBlockQueue[BlockT]):
     """``append_n`` links each block back to the old last block, not to its real predecessor.
 
     Right for a batch of one, so a test that only frees single blocks passes; from the second
@@ -48,7 +56,7 @@ class AppendNWrongNeighbour(FreeBlockQueue[B]):
 
     __slots__ = ()
 
-    def append_n(self, blocks: Iterable[B]) -> None:
+    def append_n(self, blocks: Iterable[BlockT]) -> None:
         """Link ``blocks`` at the back, with every back link pointing at the old last block."""
         batch = list(blocks)
         tail = self.fake_free_list_tail
@@ -69,7 +77,7 @@ class AppendNWrongNeighbour(FreeBlockQueue[B]):
         self.num_free_blocks += len(batch)
 
 
-class PrependNReversed(FreeBlockQueue[B]):
+class PrependNReversed(FreeBlockQueue[BlockT]):
     """``prepend_n`` puts each block in front of the queue in turn, so the batch ends up reversed.
 
     Right for a batch of one, and every link is consistent, so only the order gives it away:
@@ -78,7 +86,7 @@ class PrependNReversed(FreeBlockQueue[B]):
 
     __slots__ = ()
 
-    def prepend_n(self, blocks: Iterable[B]) -> None:
+    def prepend_n(self, blocks: Iterable[BlockT]) -> None:
         """Link each block of ``blocks`` right after the head sentinel, one after another."""
         batch = list(blocks)
         head = self.fake_free_list_head

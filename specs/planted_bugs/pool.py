@@ -3,12 +3,12 @@
 Each class overrides one method of :class:`~verified_queue.kvcache.pool.BlockPool` with the
 production method copied and one realistic defect; messages and everything else are the
 production code's. They are the bugs of kind ``"pool"`` in
-:data:`specs.planted_bugs.client.CLIENT_CATALOGUE`.
+:data:`specs.planted_bugs.kvcache.CLIENT_CATALOGUE`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from verified_queue.errors import EmptyQueueError
 from verified_queue.kvcache.block import KVCacheBlock
@@ -67,15 +67,29 @@ class GetNewBlocksLeavesCacheEntry(BlockPool):
         try:
             blocks = self.free_block_queue.popleft_n(num_blocks)
             for block in blocks:
-                if block.block_hash is not None:
+                block_hash = block.block_hash
+                if block_hash is not None:
                     block.reset_hash()  # should be self._evict_cached_hash(block, block_hash)
                     self.num_evicted += 1
-                block.ref_cnt = 1
+                block.ref_cnt = 1  # P2: it was 0 while the block was free
+            # Inside the try, up to the return: a trace function may raise at any line start.
             self.num_allocated = allocated + num_blocks
             return blocks
         except BaseException:
+            # Cut short (an interrupt): the caller never gets the blocks, so they go back
+            # to the front, in order, free (P2). A hash already dropped stays dropped, as
+            # lazy eviction may drop any free block's.
+            if not blocks and len(self.free_block_queue) < free:
+                # Taken, but interrupted as the call returned, before its list was stored:
+                # they are the pool's detached blocks that are free by their count (P2).
+                blocks = [
+                    block
+                    for block in self.blocks
+                    if block.ref_cnt == 0 and not block.is_null and block.prev_free_block is None
+                ]
             for block in blocks:
                 block.ref_cnt = 0
+                self._finish_eviction(block)
             self.free_block_queue.prepend_n(blocks)
             self.num_allocated = allocated
             raise
@@ -92,9 +106,9 @@ class EvictDropsEveryDuplicate(BlockPool):
     def _evict_cached_hash(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Drop the hash's entry, not just this block's place in it."""
         cached = self.cached_block_hash_to_block.get(block_hash)
-        if cached is None or cached.get(block.block_id) is None:
+        if cached is None or cached.pop(block.block_id, None) is None:
             raise BlockPoolError(f"{block!r} carries a hash it is not cached under (P3 broken)")
-        del self.cached_block_hash_to_block[block_hash]  # should pop block.block_id only
+        del self.cached_block_hash_to_block[block_hash]  # should only if the entry is now empty
         block.reset_hash()
         self.num_evicted += 1
 
@@ -109,8 +123,8 @@ class CacheOverwritesDuplicate(BlockPool):
 
     def cache_full_blocks(
         self,
-        blocks: list[KVCacheBlock],  # type: ignore[override]  # Sequence in the base
-        block_hashes: list[BlockHash],  # type: ignore[override]
+        blocks: Sequence[KVCacheBlock],
+        block_hashes: Sequence[BlockHash],
         num_cached_blocks: int,
         num_full_blocks: int,
     ) -> None:
@@ -123,7 +137,7 @@ class CacheOverwritesDuplicate(BlockPool):
             raise BlockPoolError(
                 f"{len(new_blocks)} blocks to cache but {len(new_hashes)} block hashes"
             )
-        seen: set[int] = set()
+        seen: set[int] = set()  # ids, never blocks (P4)
         for block in new_blocks:
             if block.is_null:
                 raise BlockPoolError(f"the null block {block!r} is never cached (P1)")
@@ -136,7 +150,7 @@ class CacheOverwritesDuplicate(BlockPool):
             seen.add(id(block))
         cache = self.cached_block_hash_to_block
         for block, block_hash in zip(new_blocks, new_hashes, strict=True):
-            block.set_block_hash(block_hash)
+            block.set_block_hash(block_hash)  # P3: set and registered together
             cache[block_hash] = {block.block_id: block}  # should add to an existing entry
 
 
@@ -168,10 +182,11 @@ class FreeIgnoresEvictFirst(BlockPool):
 
     __slots__ = ()
 
-    def _plan_free(self, blocks: list[KVCacheBlock], evict_first: bool) -> _FreePlan:  # noqa: ARG002
+    def _plan_free(self, blocks: list[KVCacheBlock], evict_first: bool) -> _FreePlan:  # noqa: ARG002 -- the bug
         """Plan the free as if ``evict_first`` were never given."""
         to_front: list[KVCacheBlock] = []
         to_back: list[KVCacheBlock] = []
+        # A block listed several times drops several references: count them by id (P4).
         left: dict[int, int] = {}
         to_back_if_cached = self.enable_caching  # should be: and not evict_first
         for block in blocks:
@@ -181,10 +196,15 @@ class FreeIgnoresEvictFirst(BlockPool):
                 )
             count = left.get(id(block), block.ref_cnt) - 1
             if count < 0:
-                raise DoubleFreeError(
+                error = DoubleFreeError(
                     f"free_blocks({block!r}): freed more often than it is held, "
                     f"its ref_cnt would drop to {count} (a double free?)"
                 )
+                # A traced free queue (the trace level) adds where the block was freed before.
+                annotate = getattr(self.free_block_queue, "annotate", None)
+                if annotate is not None:
+                    annotate(error, "free_blocks", (block,), freeing=True)
+                raise error
             left[id(block)] = count
             if count == 0:
                 if block.prev_free_block is not None or block.next_free_block is not None:
@@ -211,6 +231,8 @@ class FreeCountsEachListingAlone(BlockPool):
         """Plan the free, counting down from ``ref_cnt`` afresh for every listing."""
         to_front: list[KVCacheBlock] = []
         to_back: list[KVCacheBlock] = []
+        # A block listed several times drops several references: count them by id (P4).
+        left: dict[int, int] = {}
         to_back_if_cached = self.enable_caching and not evict_first
         for block in blocks:
             if not self.owns(block):
@@ -219,10 +241,16 @@ class FreeCountsEachListingAlone(BlockPool):
                 )
             count = block.ref_cnt - 1  # should continue from the block's earlier listings
             if count < 0:
-                raise DoubleFreeError(
+                error = DoubleFreeError(
                     f"free_blocks({block!r}): freed more often than it is held, "
                     f"its ref_cnt would drop to {count} (a double free?)"
                 )
+                # A traced free queue (the trace level) adds where the block was freed before.
+                annotate = getattr(self.free_block_queue, "annotate", None)
+                if annotate is not None:
+                    annotate(error, "free_blocks", (block,), freeing=True)
+                raise error
+            left[id(block)] = count
             if count == 0:
                 if block.prev_free_block is not None or block.next_free_block is not None:
                     raise BlockPoolError(

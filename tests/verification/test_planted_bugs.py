@@ -195,13 +195,14 @@ def append_n_undo_clears_next_only(queue_type: Queue) -> bool:
     return rejoined and second.prev_free_block is not None
 
 
-def prepend_n_undo_skips_rejoin(queue_type: Queue) -> bool:
-    """After a refused prepended batch the head still names a block of it, now detached."""
+def prepend_n_undo_leaves_tail_link(queue_type: Queue) -> bool:
+    """After a refused prepended batch the tail's outer link still names a block of it."""
     first, second = blocks(2)
     queue = queue_type([first])
     if not _refused(AlreadyInQueueError, lambda: queue.prepend_n([second, first])):
         return False
-    return queue.fake_free_list_head.next_free_block is second and second.prev_free_block is None
+    detached = second.prev_free_block is None and second.next_free_block is None
+    return queue.fake_free_list_tail.next_free_block is second and detached
 
 
 def prepend_n_counts_before_linking(queue_type: Queue) -> bool:
@@ -307,7 +308,7 @@ SYMPTOMS: dict[str, Callable[[Queue], bool]] = {
     "prepend_n_guard_reads_prev_only": prepend_n_guard_reads_prev_only,
     "iter_blocks_after_guard_reads_next_only": iter_blocks_after_guard_reads_next_only,
     "append_n_undo_clears_next_only": append_n_undo_clears_next_only,
-    "prepend_n_undo_skips_rejoin": prepend_n_undo_skips_rejoin,
+    "prepend_n_undo_leaves_tail_link": prepend_n_undo_leaves_tail_link,
     "prepend_n_counts_before_linking": prepend_n_counts_before_linking,
     "popleft_n_shares_empty_result": popleft_n_shares_empty_result,
     "popleft_n_reuses_buffer": popleft_n_reuses_buffer,
