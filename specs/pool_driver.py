@@ -265,10 +265,28 @@ class PoolDriver:
         self.compare(f"touch({request.blocks})")
 
     def double_free(self, index: int) -> None:
-        """Free a request's blocks twice in one call: refused unless every block is shared."""
+        """Free a request's blocks twice in one call: refused unless every block is shared.
+
+        Accepted, the call drops a second reference on each block, which some other
+        request holds. The driver takes it as that request's free too, so it runs
+        the step only where one request holds exactly the same blocks (a fork made
+        by :meth:`share`) and drops both; otherwise it would go on believing another
+        request holds blocks that are free again, and may since be reused.
+        """
         request = self._pick(index)
         if request is None:
             return
+        accepted = all(self.model.ref[block] >= 2 for block in request.blocks)
+        twin = next(
+            (
+                other
+                for other in self.requests
+                if other is not request and other.blocks == request.blocks
+            ),
+            None,
+        )
+        if accepted and twin is None:
+            return  # no one request's hold to drop with it: nothing the driver can follow
         order = request.blocks[::-1] * 2
         done, _ = self.both(
             f"free_blocks({order})",
@@ -277,6 +295,8 @@ class PoolDriver:
         )
         if done:
             self.requests.remove(request)
+            if twin is not None:
+                self.requests.remove(twin)
         self.compare(f"free_blocks({order})")
 
     def cache_misuse(self, index: int, kind: int) -> None:

@@ -121,3 +121,28 @@ def test_every_short_sequence_matches_model() -> None:
     runs, failure = enumerate_sequences(depth=3)
     assert failure is None, failure
     assert runs == 2 * (14 + 14**2 + 14**3)
+
+
+def test_an_accepted_double_free_leaves_no_request_holding_free_blocks() -> None:
+    """The machine's shrunk example: after a double free a sharer took, the driver stays sound.
+
+    The double free of a request whose blocks another request shared is accepted (each
+    count drops twice). The driver used to drop only the request named, so it went on
+    believing the sharer held blocks that were free again, reused and recached; the
+    caching misuse it then planted on them was no misuse, and its own bookkeeping
+    raised ``KeyError`` on a correct pool. Now it runs that step only where one request
+    holds exactly the same blocks, and drops both.
+    """
+    driver = PoolDriver(6, enable_caching=True)
+    driver.admit(RequestSpec((1, 2, 3, 4)))
+    driver.admit(RequestSpec((1, 2, 3, 4, 5)))
+    driver.admit(RequestSpec((1, 2, 3, 4), cache_salt="t"))
+    for _ in range(3):
+        driver.admit(RequestSpec((1, 2, 3, 4, 5)))
+    driver.double_free(0)
+    driver.admit(RequestSpec((1, 2, 3, 4, 5)))
+    driver.admit(RequestSpec((2**63, 1, 3)))
+    driver.cache_misuse(0, 4)
+    driver.share(0)
+    driver.double_free(len(driver.requests) - 1)
+    driver.compare("the end")
