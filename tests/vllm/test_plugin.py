@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -276,6 +277,79 @@ def test_without_the_plugin_a_reload_brings_vllms_queue_back(fake_vllm: Path) ->
     kv_cache_utils.FreeKVCacheBlockQueue = FreeBlockQueue
     reloaded = importlib.reload(kv_cache_utils)
     assert reloaded.FreeKVCacheBlockQueue is not FreeBlockQueue
+
+
+#: Run in a child, with the stand-in vLLM on its path: each way of loading the plugin again.
+LOADED_AGAIN = """
+import importlib, importlib.util, sys
+import verified_queue.vllm.plugin as plugin
+
+def ours():
+    return [f for f in sys.meta_path if type(f).__name__ == "_RebindingFinder"]
+
+class Delegating:
+    # Another plugin's finder of the same idiom: it asks every other finder but itself.
+    def find_spec(self, name, path, target=None):
+        if not name.startswith("vllm."):
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    return spec
+        return None
+
+way = sys.argv[1]
+plugin.register()
+if way == "reload":
+    plugin = importlib.reload(plugin)
+    plugin.register()
+elif way == "second copy":
+    spec = importlib.util.spec_from_file_location("plugin_copy", plugin.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    copy.register()
+elif way == "another delegating finder":
+    sys.meta_path.insert(0, Delegating())
+    sys.meta_path.append(Delegating())
+assert len(ours()) == 1, ours()
+assert plugin.installed_mode() == "production", plugin.installed_mode()
+later = importlib.import_module("vllm.v1.later")  # a vLLM module executed after register
+assert later.FreeKVCacheBlockQueue.__module__ == "verified_queue.queue"
+assert type(later.__spec__.loader).__name__ != "_RebindingLoader"  # only kv_cache_utils is wrapped
+utils = importlib.reload(sys.modules["vllm.v1.core.kv_cache_utils"])
+assert utils.FreeKVCacheBlockQueue.__module__ == "verified_queue.queue"
+plugin.uninstall()
+assert not ours(), ours()
+assert plugin.installed_mode() == "off"
+again = importlib.reload(sys.modules["vllm.v1.core.kv_cache_utils"])
+assert again.FreeKVCacheBlockQueue.__module__ == "vllm.v1.core.kv_cache_utils"
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("way", ["twice", "reload", "second copy", "another delegating finder"])
+def test_loading_the_plugin_again_leaves_one_finder_and_vllm_importable(
+    tmp_path: Path, way: str
+) -> None:
+    """register() after a reload or from a second copy: one finder; no import recursion."""
+    write_package(tmp_path, FILES)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path),
+        plugin.ENVIRONMENT_VARIABLE: "production",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_AGAIN, way],
+        cwd=tmp_path,  # not the checkout: the installed package is the one under test
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"
 
 
 def test_another_mode_in_the_same_process_is_refused(

@@ -11,9 +11,9 @@ possibly more than once, and loads every installed general plugin unless
 * ``production``: ``FreeKVCacheBlockQueue`` is rebound to
   :class:`verified_queue.queue.FreeBlockQueue` in every loaded vLLM module that
   bound vLLM's class (``vllm.v1.core.kv_cache_utils``,
-  ``vllm.v1.core.block_pool``, any other), and in any vLLM module executed
-  later, a reload of ``kv_cache_utils`` included (vLLM's own ``test_none_hash``
-  reloads it);
+  ``vllm.v1.core.block_pool``, any other), and again whenever
+  ``kv_cache_utils`` is executed again (vLLM's own ``test_none_hash`` reloads
+  it); a vLLM module executed later imports the rebound name from there;
 * ``checked``: the same with
   :class:`~verified_queue.vllm.checked.VllmCheckedFreeBlockQueue`, check
   mode inside a running vLLM;
@@ -26,6 +26,11 @@ there ``KVCacheBlock`` is rebound as well, where vLLM constructs blocks
 (``block_pool``) and where it is defined, to a class derived at run time from
 vLLM's own (:func:`derive_block_class`); a vLLM block it cannot derive is
 refused in one line that says to use the pure build.
+
+The one record of what is installed in a process is the plugin's finder in
+``sys.meta_path``: loading this module again (``importlib.reload``, or a second
+copy under another name) and registering again finds it, so a process never has
+two, and :func:`uninstall` removes every one.
 
 Any other value of the variable, or a vLLM whose queue or block this module
 does not recognise, raises :class:`VllmPluginError` in one line naming what it
@@ -46,6 +51,7 @@ import importlib.machinery
 import inspect
 import os
 import sys
+import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -322,15 +328,30 @@ class _RebindingLoader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class _RebindingFinder(importlib.abc.MetaPathFinder):
-    """First in ``sys.meta_path``: finds vLLM's modules through the others, wraps the loader.
+#: The attribute that marks this plugin's finder in ``sys.meta_path``, whichever copy of this
+#: module made it (one reloaded, or loaded twice under two names): the finder is the one record
+#: of the installation in a process, so that there is only ever one.
+_FINDER_MARK: Final = "_verified_queue_rebinds_vllm"
 
-    ``importlib.reload`` finds a module's spec again, so a reloaded
-    ``kv_cache_utils`` is rebound just as a module imported for the first time.
+
+class _RebindingFinder(importlib.abc.MetaPathFinder):
+    """First in ``sys.meta_path``: re-executions of ``kv_cache_utils`` are rebound too.
+
+    Only that module needs it: it is where vLLM defines its queue and block, so
+    only its re-execution (``importlib.reload``, which vLLM's own ``test_none_hash``
+    does) can bring vLLM's classes back; a module executed later that imports them
+    from it gets the rebound names already. The finder asks the other finders of
+    ``sys.meta_path`` for the spec, not only the path finder, because an editable
+    install of vLLM is found by a finder of its own there. It skips every finder of
+    this plugin, and a call that comes back to it while it asks (another finder that
+    delegates the same way) finds nothing, so two delegating finders cannot recurse.
     """
 
-    def __init__(self, installation: _Installation) -> None:
+    _verified_queue_rebinds_vllm = True
+
+    def __init__(self, installation: Any) -> None:
         self.installation = installation
+        self._asking = threading.local()
 
     def find_spec(
         self,
@@ -338,27 +359,47 @@ class _RebindingFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: types.ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        """Return the spec the other finders give for a vLLM module, its loader wrapped."""
-        if not fullname.startswith("vllm."):
+        """Return the spec the other finders give for ``kv_cache_utils``, its loader wrapped."""
+        if fullname != KV_CACHE_UTILS or getattr(self._asking, "busy", False):
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec: importlib.machinery.ModuleSpec | None = finder.find_spec(fullname, path, target)
-            if spec is None:
-                continue
-            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _RebindingLoader(spec.loader, self.installation)
-            return spec
-        return None
+        self._asking.busy = True
+        try:
+            for finder in list(sys.meta_path):
+                if _is_plugin_finder(finder) or not hasattr(finder, "find_spec"):
+                    continue
+                spec: importlib.machinery.ModuleSpec | None = finder.find_spec(
+                    fullname, path, target
+                )
+                if spec is None:
+                    continue
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _RebindingLoader(spec.loader, self.installation)
+                return spec
+            return None
+        finally:
+            self._asking.busy = False
 
 
-_installation: _Installation | None = None
+def _is_plugin_finder(finder: object) -> bool:
+    """Whether ``finder`` is this plugin's, made by any copy of this module."""
+    try:
+        return getattr(type(finder), _FINDER_MARK, False) is True
+    except Exception:  # a finder whose class lookup raises is not ours
+        return False
+
+
+def _current_installation() -> Any:
+    """The installation in force in this process (its finder's), or ``None``."""
+    for finder in sys.meta_path:
+        if _is_plugin_finder(finder):
+            return finder.installation  # type: ignore[attr-defined]  # ours: it has one
+    return None
 
 
 def installed_mode() -> str:
     """The mode installed in this process: ``"off"`` or the mode :func:`install` was given."""
-    return "off" if _installation is None else _installation.mode
+    installation = _current_installation()
+    return "off" if installation is None else str(installation.mode)
 
 
 def install(
@@ -380,20 +421,21 @@ def install(
     Raises :class:`VllmPluginError`, having changed nothing, for a vLLM whose
     shapes it does not recognise.
     """
-    global _installation  # noqa: PLW0603 -- one installation per process
     if mode not in ("production", "checked", "trace"):
         raise VllmPluginError(
             f"{ENVIRONMENT_VARIABLE}={mode!r}: expected production, checked or trace"
         )
-    if _installation is not None:
-        if _installation.mode != mode:
+    current = _current_installation()
+    if current is not None:
+        if current.mode != mode:
             raise VllmPluginError(
                 f"{ENVIRONMENT_VARIABLE}={mode}: this process runs vLLM with "
-                f"{ENVIRONMENT_VARIABLE}={_installation.mode} already; vLLM left as it is"
+                f"{ENVIRONMENT_VARIABLE}={current.mode} already; vLLM left as it is"
             )
         for module in (kv_cache_utils, block_pool):
-            _installation.rebind(module)
-        return _installation.rebind_loaded()
+            current.rebind(module)
+        changed_since: list[str] = current.rebind_loaded()
+        return changed_since
     problem = _shape_problem(kv_cache_utils, block_pool)
     if problem is not None:
         raise VllmPluginError(
@@ -431,7 +473,6 @@ def install(
     ]
     changed += [name for name in installation.rebind_loaded() if name not in changed]
     sys.meta_path.insert(0, _RebindingFinder(installation))
-    _installation = installation
     if log is not None:
         build = "compiled" if is_compiled else "pure Python"
         rebound = f"{QUEUE_NAME} and {BLOCK_NAME}" if block is not None else QUEUE_NAME
@@ -445,18 +486,15 @@ def install(
 
 def uninstall() -> None:
     """Undo :func:`install`: vLLM's own classes back where they were, the finder removed."""
-    global _installation  # noqa: PLW0603 -- one installation per process
-    installation = _installation
-    if installation is None:
-        return
-    for module, name, original in reversed(installation.replaced):
-        vars(module)[name] = original
-    sys.meta_path[:] = [
-        finder
+    installations = [
+        finder.installation  # type: ignore[attr-defined]  # ours: it has one
         for finder in sys.meta_path
-        if not (isinstance(finder, _RebindingFinder) and finder.installation is installation)
+        if _is_plugin_finder(finder)
     ]
-    _installation = None
+    for installation in installations:
+        for module, name, original in reversed(installation.replaced):
+            vars(module)[name] = original
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not _is_plugin_finder(finder)]
 
 
 def register() -> None:
