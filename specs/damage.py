@@ -9,7 +9,7 @@ the same blocks), wired by :class:`~specs.world.World`, it applies each damage o
 
 - every single-link corruption: each link of A's chain (its sentinels' outer links included)
   set to every wrong value: ``None``, every block of the universe, every sentinel of A and
-  B, and an object that is no block;
+  B, an object that is no block, and a proxy whose every attribute lookup raises ``KeyError``;
 - a foreign block (detached) spliced in at every position, with the count raised to match;
 - a foreign block substituted for the member at every position (count and links all right);
 - count drift: ``num_free_blocks`` off by -2 to +2, and a ``bool``, a ``float`` and an
@@ -70,6 +70,20 @@ class NotABlock:
 
     def __repr__(self) -> str:
         return "NotABlock()"
+
+
+class RaisingProxy:
+    """An object whose every attribute lookup raises ``KeyError``, written into a link.
+
+    Not quiet like :class:`NotABlock`: a check that asks it for a link gets an
+    exception that is no ``AttributeError``, and must still report the damage.
+    """
+
+    def __getattr__(self, name: str) -> object:
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        return "RaisingProxy()"
 
 
 class CountLike(int):
@@ -186,6 +200,7 @@ def _every_damage(  # noqa: PLR0915 -- one loop per kind of damage the layer app
         other.fake_free_list_head,
         other.fake_free_list_tail,
         NotABlock(),
+        RaisingProxy(),
     ]
     if values is None:
         values = candidates_by_default

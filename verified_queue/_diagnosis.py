@@ -67,11 +67,12 @@ Members = Mapping[int, object]
 
 
 def damaged(queue: CheckedFreeBlockQueue[Any], where: str, error: Exception) -> QueueError:
-    """The QueueError for an ``AttributeError`` or ``TypeError`` that damage raised.
+    """The QueueError for an exception that damage raised in an operation.
 
     A deleted link slot, a sentinel replaced by ``None``, a count that is
-    no int: reading them fails in plain Python. The full check, which is
-    total, names the damage; if it finds none, the error itself is named.
+    no int, a link to an object whose attribute lookup raises (a proxy):
+    reading them fails in plain Python. The full check, which is total,
+    names the damage; if it finds none, the error itself is named.
     """
     try:
         queue.full_check()

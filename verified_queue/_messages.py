@@ -29,6 +29,7 @@ __all__ = [
     "count_argument",
     "describe",
     "first_unlinkable",
+    "has_links",
     "has_unlinkable",
     "is_sentinel",
     "lookup_error",
@@ -101,8 +102,13 @@ def not_linked(operation: str, block: object) -> NotInQueueError:
     return NotInQueueError(f"{operation}({describe(block)}): {reason}")
 
 
-def _has_links(value: object) -> bool:
-    """Whether ``value`` has both link attributes; ``False`` if looking them up raises."""
+def has_links(value: object) -> bool:
+    """Whether ``value`` has both link attributes; ``False`` if looking them up raises.
+
+    The package's one definition of "this object has the two links": the queue's
+    guards, the checkers and check mode all ask it, so a proxy whose lookup raises
+    (``KeyError``, say) is a non-block everywhere, never an error from a check.
+    """
     try:
         return all(hasattr(value, name) for name in LINK_FIELDS)
     except Exception:  # a proxy whose lookup raises (KeyError, say) has no links we can use
@@ -127,7 +133,7 @@ def can_link(value: object) -> bool:
     """Whether this build can link ``value``: a Block, or (pure Python) anything with both links."""
     if issubclass(type(value), Block):  # the type itself: a proxy's __class__ may lie or raise
         return True
-    return not COMPILED and _has_links(value)
+    return not COMPILED and has_links(value)
 
 
 def first_unlinkable(batch: list[_Item]) -> object:
@@ -160,7 +166,7 @@ def not_a_block(operation: str, value: object) -> WrongTypeError:
     """Build the error for an argument that is not a block this build can link."""
     described = describe(value)
     kind = type(value).__qualname__
-    if _has_links(value):
+    if has_links(value):
         # It has the links, so only the compiled build refuses it.
         return WrongTypeError(
             f"{operation}({described}): the compiled verified_queue links only subclasses of "

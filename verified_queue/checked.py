@@ -21,7 +21,7 @@ of them it
 On a queue damaged by outside code every method raises a ``QueueError``
 subclass (``InvariantViolation``, or the error the production queue would
 raise) and nothing else. "Damage" here means any value written into a
-block's two links or into ``num_free_blocks``.
+block's two links or ``num_free_blocks`` (a proxy whose lookups raise too).
 
 Membership is a dict ``id(block) -> block``, not a set of ids, so that every
 recorded member stays alive and ``id(node) in members`` is exact. The mutating
@@ -269,7 +269,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 previous = node  # type: ignore[assignment]  # a member, so a Block
                 node = node.next_free_block  # type: ignore[union-attr]  # a member
             return node is tail and tail.prev_free_block is previous
-        except (AttributeError, TypeError):  # a deleted slot or sentinel, a count that is no int
+        except Exception:  # a deleted slot or sentinel, a count that is no int, a raising proxy
             return False
 
     # ------------------------------------------------------ O(1) neighbourhood
@@ -353,7 +353,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             return self._iterate(cursor, "iteration after a cursor")  # type: ignore[arg-type]  # a member, so a Block
         except QueueError:
             raise
-        except (AttributeError, TypeError) as error:
+        except Exception as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, "iter_blocks_after()", error) from error
 
@@ -390,7 +390,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     )
         except QueueError:
             raise
-        except (AttributeError, TypeError) as error:
+        except Exception as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, where, error) from error
 
@@ -457,7 +457,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             return block
         except QueueError:
             raise
-        except (AttributeError, TypeError) as error:
+        except Exception as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, "popleft()", error) from error
 
@@ -506,7 +506,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             return popped
         except QueueError:
             raise
-        except (AttributeError, TypeError) as error:
+        except Exception as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, "popleft_n()", error) from error
 
@@ -556,7 +556,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 _diagnosis.expect_count(self, members, "the end of remove()")
         except QueueError:
             raise
-        except (AttributeError, TypeError) as error:
+        except Exception as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, "remove()", error) from error
 
@@ -613,7 +613,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 _diagnosis.expect_count(self, members, "the end of append()")
         except QueueError:
             raise
-        except (AttributeError, TypeError) as error:
+        except Exception as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, "append()", error) from error
 
@@ -649,7 +649,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._check_count(members, "the end of append_n()")
         except QueueError:
             raise
-        except (AttributeError, TypeError) as error:
+        except Exception as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, "append_n()", error) from error
 
@@ -688,7 +688,7 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self._check_count(members, "the end of prepend_n()")
         except QueueError:
             raise
-        except (AttributeError, TypeError) as error:
+        except Exception as error:
             # Damage outside code did (see the module docstring): never a raw error.
             raise _diagnosis.damaged(self, "prepend_n()", error) from error
 

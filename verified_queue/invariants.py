@@ -54,7 +54,8 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Final, ParamSpec, TypeVar
 
-from verified_queue.block import LINK_FIELDS, Block, Sentinel
+from verified_queue._messages import has_links
+from verified_queue.block import Block, Sentinel
 from verified_queue.errors import INVARIANT_FAMILY, InvariantViolation
 
 __all__ = [
@@ -83,14 +84,17 @@ def _total(checker: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
     Each checker reads every link defensively once, but naming a fault re-walks part
     of the chain it has just read (to find where a repeated block first appeared, or
     where a cycle starts). If another thread changed the chain in between, that
-    re-walk can meet ``None``: the raw error is reported as the change it is.
+    re-walk can meet ``None``; and a link may hold an object whose attribute lookup
+    raises anything at all. Either way the raw error is reported as a violation.
     """
 
     @functools.wraps(checker)
     def total(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
         try:
             return checker(*args, **kwargs)
-        except (AttributeError, TypeError) as error:
+        except InvariantViolation:
+            raise
+        except Exception as error:  # a lookup that raises (a proxy), not only a None read
             raise violation(
                 "I1",
                 "the walk",
@@ -187,9 +191,8 @@ def is_block(value: object) -> bool:
     >>> is_block(Block()), is_block(object())
     (True, False)
     """
-    if isinstance(value, Block):
-        return True
-    return all(hasattr(value, name) for name in LINK_FIELDS)
+    # The type itself, not isinstance: a proxy's __class__ may lie, or raise.
+    return issubclass(type(value), Block) or has_links(value)
 
 
 def _at(position: int) -> str:

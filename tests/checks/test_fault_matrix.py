@@ -3,7 +3,8 @@
 For queues of 0 to 4 blocks the matrix plants, one at a time: every single
 link of every sentinel and block set to ``None``, to itself, to every other
 node, to a detached block, to another queue's sentinels and first block, and
-to a non-block object (where the build lets a link hold one); the count moved
+to a non-block object and to a proxy whose lookups raise ``KeyError`` (where the
+build lets a link hold one); the count moved
 by -1, +1, +2 and +1000; each block spliced in a second time after each node;
 each ring that closes back on a block with consistent links; a detached block
 spliced in by hand; a block unlinked by hand. A reference oracle, written
@@ -43,6 +44,17 @@ COUNT_DRIFTS = (-1, +1, +2, +1000)
 NOT_A_BLOCK = "not a block"
 
 
+class LookupRaises:
+    """A proxy whose every attribute lookup raises ``KeyError``: a non-block that is not quiet."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise KeyError(name)
+
+
+#: The proxy the matrix writes into links: reading its links raises, not AttributeError.
+RAISING_PROXY = LookupRaises()
+
+
 def _link_takes(value: object) -> bool:
     """Whether a link can hold ``value`` (a compiled Block's typed slots refuse non-blocks)."""
     try:
@@ -54,7 +66,7 @@ def _link_takes(value: object) -> bool:
 
 #: Where a link can be pointed from outside the queue; a non-block only where a link can hold one.
 OUTSIDERS = ["detached", "other head", "other tail", "other block"] + (
-    ["non-block"] if _link_takes(NOT_A_BLOCK) else []
+    ["non-block", "raising proxy"] if _link_takes(NOT_A_BLOCK) else []
 )
 
 
@@ -83,6 +95,7 @@ class World:
             "other tail": self.other.fake_free_list_tail,
             "other block": self.other.fake_free_list_head.next_free_block,
             "non-block": NOT_A_BLOCK,
+            "raising proxy": RAISING_PROXY,
         }
         return self.nodes[int(index)] if kind == "node" else targets[kind]
 
