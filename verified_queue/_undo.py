@@ -46,12 +46,13 @@ nested loops of its own until a pass completes; so whatever state a cut pass lea
 one the next pass starts from. What arrived last is raised, with the earlier errors as
 its ``__context__``: the undo completes, and the interrupt is not swallowed.
 
-What is promised: the operation leaves the queue and every block as before (or as
-after, if the join was reached) when at most three exceptions arrive in all (the one
-that cuts the batch short, a refusal included, and two more during the undo); a
-fourth can escape the outermost handler and leave S2 or S3 behind, which
-:mod:`verified_queue.invariants` then reports. ``tests/queue/test_nested_interrupts.py``
-shows the promise at every checkpoint for one exception and a second at every later one.
+What is promised, in one sentence: the operation leaves the queue and every block as
+before (or as after, if the join was reached) when at most three exceptions arrive in
+all, the one that cuts the batch short (a refusal included) counted; a fourth can
+escape the outermost handler and leave S2 or S3 behind, which
+:mod:`verified_queue.invariants` then reports. That is the package's fault contract,
+stated for users in ``docs/usage.md`` ("Faults") with what each operation guarantees;
+``tests/queue/test_nested_interrupts.py`` shows it and pins where it stops.
 
 A finalizer that runs while a batch is staged sees the staged blocks as linked: it
 freeing one again is a double free, refused; it *removing* one is the same misuse as

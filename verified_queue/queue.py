@@ -55,8 +55,8 @@ take or free blocks of the queue while a batch is staged or refused; it sees
 the staged blocks as linked (freeing one again is a double free), and a
 checker it runs sees the tail's outer link set. A refused batch is undone by
 detaching the staged blocks: the queue itself was never written. The undo's
-states, what each handler level keeps, and how many exceptions in a row it
-survives are stated once, in :mod:`verified_queue._undo`.
+states and what each handler level keeps are argued in :mod:`verified_queue._undo`;
+what it promises is the package's fault contract (``docs/usage.md``, "Faults").
 
 Iteration (``iter(queue)``, :meth:`FreeBlockQueue.iter_blocks_after`) is live:
 it follows the links as they are when it resumes. A block the iteration stands
