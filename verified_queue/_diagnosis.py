@@ -72,12 +72,18 @@ def damaged(queue: CheckedFreeBlockQueue[Any], where: str, error: Exception) -> 
     A deleted link slot, a sentinel replaced by ``None``, a count that is
     no int, a link to an object whose attribute lookup raises (a proxy):
     reading them fails in plain Python. The full check, which is total,
-    names the damage; if it finds none, the error itself is named.
+    names the damage. If it finds none, an ``AttributeError`` or ``TypeError``
+    is named as the fault; any other exception was no damage and is raised
+    again as it is, so check mode reports damage only where there is some.
     """
     try:
         queue.full_check()
     except QueueError as found:
         return found
+    if not isinstance(error, (AttributeError, TypeError)):
+        # Only those can come from damage the full check cannot see; anything else did
+        # not (a signal handler's exception, say): it is raised again, as it is.
+        raise error
     return violation(
         "I1",
         where,
@@ -154,11 +160,16 @@ def expect_count(queue: CheckedFreeBlockQueue[Any], members: Members, where: str
     raise unexplained(where)
 
 
-def check_full(queue: CheckedFreeBlockQueue[Any], members: Members) -> NoReturn:
-    """Find and raise the fault the one-walk test of the full check found.
+def check_full(
+    queue: CheckedFreeBlockQueue[Any], members: Members, error: Exception | None = None
+) -> NoReturn:
+    """Find and raise the fault the one-walk test of the full check found, or ``error``.
 
     Runs :func:`~verified_queue.invariants.check_invariants`, the count, then the walk
-    against ``members``; if all of that passes, the one-walk test's fault is unexplained.
+    against ``members``. If all of that passes, the one-walk test's fault is
+    unexplained, or, when the walk raised ``error`` (no ``AttributeError`` or
+    ``TypeError``, which it turns into a fault itself), it was no damage: an
+    exception from outside (a signal handler's), raised again as it is.
     """
     where = "the full check"
     check_invariants(queue)
@@ -181,6 +192,8 @@ def check_full(queue: CheckedFreeBlockQueue[Any], members: Members) -> NoReturn:
             )
         block = block.next_free_block  # type: ignore[union-attr]  # checked above
         position += 1
+    if error is not None:
+        raise error
     raise unexplained(where)
 
 

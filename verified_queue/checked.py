@@ -29,10 +29,8 @@ operations test the healthy case inline and call :mod:`verified_queue._diagnosis
 only when a test fails; they link through the production queue's methods,
 resolved once per class (``_super_popleft`` and so on). Why each of these holds,
 and what it costs: "What check mode does" and "What it costs" in docs/check-mode.md.
-
-This class is check mode and nothing else, whatever ``VERIFIED_QUEUE_CHECKS``
-says: the trace level is its subclass ``TracedFreeBlockQueue``
-(:mod:`verified_queue.traced`), which this module does not import.
+This class is check mode at every ``VERIFIED_QUEUE_CHECKS`` level: the trace level
+is its subclass ``TracedFreeBlockQueue``, which this module does not import.
 
 The class keeps to the production queue's public attributes, so it also
 subclasses a mypyc-compiled ``FreeBlockQueue`` (built with
@@ -231,7 +229,11 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         ...
         verified_queue.errors.InvariantViolation: I1 (sentinel_linkage) broken at position 1...
         """
-        if not self._chain_is_membership():
+        try:
+            sound = self._chain_is_membership()
+        except Exception as error:  # a link whose lookup raises, or an exception from outside
+            _diagnosis.check_full(self, self._members, error)
+        if not sound:
             _diagnosis.check_full(self, self._members)
         self._until_full_check[0] = self._next_period()
 
@@ -269,10 +271,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 previous = node  # type: ignore[assignment]  # a member, so a Block
                 node = node.next_free_block  # type: ignore[union-attr]  # a member
             return node is tail and tail.prev_free_block is previous
-        except Exception:  # a deleted slot or sentinel, a count that is no int, a raising proxy
+        except (AttributeError, TypeError):  # a deleted slot or sentinel, a count that is no int
             return False
-
-    # ------------------------------------------------------ O(1) neighbourhood
 
     def _is_member(self, node: object) -> bool:
         """Whether ``node`` is a member; exact, see "Membership" in the module docstring."""

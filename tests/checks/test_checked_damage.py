@@ -160,3 +160,79 @@ def test_end_checks_catch_faulty_base_class(fault: str) -> None:
     queue = faulty(blocks, full_check_every=0)
     with pytest.raises(InvariantViolation, match=re.escape(where)):
         operation(queue, blocks)
+
+
+class _FromOutside(Exception):
+    """What a signal handler raises in the middle of an operation: no damage at all."""
+
+
+#: The one exception the base class below raises, from the operation named in ``failing``.
+_ARRIVED = _FromOutside("a timeout's handler")
+
+
+class _InterruptedBase(FreeBlockQueue[Block]):
+    """A production queue whose named operation is cut short before it changes anything."""
+
+    __slots__ = ()
+    failing = ""
+
+    def popleft(self) -> Block:
+        if self.failing == "popleft":
+            raise _ARRIVED
+        return super().popleft()
+
+    def popleft_n(self, n: Any) -> list[Block]:
+        if self.failing == "popleft_n":
+            raise _ARRIVED
+        return super().popleft_n(n)
+
+    def append(self, block: Block) -> None:
+        if self.failing == "append":
+            raise _ARRIVED
+        super().append(block)
+
+    def append_n(self, blocks: Any) -> None:
+        if self.failing == "append_n":
+            raise _ARRIVED
+        super().append_n(blocks)
+
+    def remove(self, block: Block) -> None:
+        if self.failing == "remove":
+            raise _ARRIVED
+        super().remove(block)
+
+
+class _InterruptedChecked(CheckedFreeBlockQueue[Block], _InterruptedBase):
+    """Check mode over that base: its _super_* methods are the base's."""
+
+    __slots__ = ()
+
+
+@pytest.mark.parametrize("operation", ["popleft", "popleft_n", "append", "append_n", "remove"])
+def test_an_exception_from_outside_is_raised_as_it_is_not_reported_as_damage(
+    operation: str,
+) -> None:
+    """An exception that is no damage, arriving inside a checked call, comes out unchanged.
+
+    Check mode turns the errors of damaged links into ``InvariantViolation``; one
+    the full check then finds no damage behind (here raised by the production
+    method, as a signal handler's would be) is raised again as it is.
+    """
+    blocks = [Block() for _ in range(4)]
+    queue = _InterruptedChecked(blocks[:3], full_check_every=0)
+    _InterruptedBase.failing = operation
+    calls: dict[str, Callable[[], object]] = {
+        "popleft": queue.popleft,
+        "popleft_n": lambda: queue.popleft_n(2),
+        "append": lambda: queue.append(blocks[3]),
+        "append_n": lambda: queue.append_n([blocks[3]]),
+        "remove": lambda: queue.remove(blocks[1]),
+    }
+    try:
+        with pytest.raises(_FromOutside) as caught:
+            calls[operation]()
+    finally:
+        _InterruptedBase.failing = ""
+    assert caught.value is _ARRIVED
+    queue.full_check()
+    assert queue.get_all_free_blocks() == blocks[:3]

@@ -469,6 +469,9 @@ def test_three_exceptions_at_any_three_points_leave_all_undone_or_done(
     assert not failures, f"{len(failures)} faulty outcomes, first: {failures[:3]}"
 
 
+# Check mode, which tox's check-mode run puts in the production queue's place, reports the
+# burst's damage itself, as InvariantViolation, in place of the fourth exception.
+@pytest.mark.production_only
 @pytest.mark.parametrize(
     ("name", "faults"),
     [("append_n", 4), ("prepend_n", 4), ("popleft_n", 4), ("append_n refused", 3)],
