@@ -29,11 +29,10 @@ holds no check and stays a plain (or mypyc-compiled) class. Besides the name,
 runs the full check before every operation.
 """
 
-from __future__ import annotations
-
-import warnings
-from pathlib import Path
-from typing import TYPE_CHECKING
+# No ``from __future__ import annotations``, and the standard library imported under
+# private names: every public name of the module is the package's API (``dir()``, below).
+import typing as _typing
+import warnings as _warnings
 
 from verified_queue import _switch
 from verified_queue import queue as _queue_module
@@ -60,6 +59,8 @@ def _left_in_a_checkout(extension: str) -> str | None:
     run from the checkout, and edits to ``queue.py`` silently do nothing. An installed
     wheel's package has no ``pyproject.toml`` beside it; a checkout's has.
     """
+    from pathlib import Path  # noqa: PLC0415 -- only a compiled build asks, once
+
     package = Path(extension).parent
     if not (package.parent / "pyproject.toml").is_file():
         return None
@@ -77,17 +78,18 @@ def _left_in_a_checkout(extension: str) -> str | None:
 if COMPILED:
     _leftover = _left_in_a_checkout(_queue_module.__file__ or "")
     if _leftover is not None:
-        warnings.warn(_leftover, RuntimeWarning, stacklevel=2)
+        _warnings.warn(_leftover, RuntimeWarning, stacklevel=2)
 
 #: The check mode in force, read from ``VERIFIED_QUEUE_CHECKS`` at import: ``"off"``,
 #: ``"on"``, ``"full"`` (a full O(n) check before every operation) or ``"trace"`` (``on``,
 #: and every error names where its blocks were last linked and unlinked).
 CHECK_LEVEL: str = _switch.CHECK_LEVEL
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     # Type checkers see one declaration, the class, so ``FreeBlockQueue[KVCacheBlock]``
     # is a type in mypy and pyright alike; the checked class is a subclass with the same
     # signatures, so what checks against one holds for the other.
+    from verified_queue import _status
     from verified_queue.checked import CheckedFreeBlockQueue
     from verified_queue.queue import FreeBlockQueue
     from verified_queue.traced import TracedFreeBlockQueue
@@ -112,6 +114,29 @@ else:
     FreeBlockQueue = CheckedFreeBlockQueue
 
 
+def status() -> "_status.Status":
+    """Say what is in force in this process: the build, the check mode level, the vLLM plugin.
+
+    The returned :class:`~verified_queue._status.Status` prints as a few lines:
+    the version and build, the ``VERIFIED_QUEUE_CHECKS`` level and the class
+    ``verified_queue.FreeBlockQueue`` names, and each vLLM name the plugin rebound
+    in this process (its ``vllm_rebound``). It goes through no logger, so it answers
+    in a script or a test where vLLM's logging never printed the plugin's line, and
+    it loads neither check mode nor the plugin. ``python -m verified_queue status``
+    prints it for a new process.
+
+    Runtime complexity: O(len(sys.meta_path) + names the plugin rebound)
+
+    >>> print(status())  # doctest: +ELLIPSIS
+    verified_queue ..., ... build
+    check mode: ... (VERIFIED_QUEUE_CHECKS): verified_queue.FreeBlockQueue is verified_queue...
+    vLLM plugin: nothing rebound in this process (VERIFIED_QUEUE_VLLM=... in the environment)
+    """
+    from verified_queue import _status  # noqa: PLC0415 -- loaded only when asked
+
+    return _status.current()
+
+
 def __getattr__(name: str) -> object:
     """Load check mode on first use of ``CheckedFreeBlockQueue`` or ``TracedFreeBlockQueue``.
 
@@ -126,6 +151,11 @@ def __getattr__(name: str) -> object:
 
         return TracedFreeBlockQueue
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazily loaded classes included (PEP 562)."""
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [
@@ -144,4 +174,5 @@ __all__ = [
     "TracedFreeBlockQueue",
     "WrongTypeError",
     "__version__",
+    "status",
 ]

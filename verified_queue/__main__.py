@@ -64,6 +64,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "compare the queue with a plain list (the default)",
     ),
     "demo": ("verified_queue.cli.demo", "simulate a prefix-caching block pool serving requests"),
+    "status": (
+        "verified_queue.cli.status",
+        "say what is in force: the build, the check mode level, the vLLM plugin",
+    ),
 }
 
 
@@ -111,11 +115,16 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser.set_defaults(handler=selfcheck.run)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, summary) in COMMANDS.items():
-        sub = commands.add_parser(name, help=summary)
+        # Every option's help states its default itself ("default: ..."), as --help shows.
+        sub = commands.add_parser(name, help=summary, description=summary)
         if name in argv:
             module = importlib.import_module(module_name)
             module.add_arguments(sub)
-            sub.set_defaults(handler=module.run)
+            # The command's own parser, so that its errors name the command, and the check of
+            # its values, which main() runs before anything is printed.
+            sub.set_defaults(
+                handler=module.run, command_parser=sub, validate=getattr(module, "validate", None)
+            )
     return parser
 
 
@@ -147,7 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(arguments)
     _refuse_options_before_command(parser, arguments)
     try:
-        args = parser.parse_args(arguments)
+        args, unknown = parser.parse_known_args(arguments)
+        # Refused by the command's parser, so that the error names the command.
+        command_parser: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+        if unknown:
+            command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as done:
         # --help and --version print and exit here: flush now, where a failure is caught.
         if done.code == 0 and sys.stdout is not None:
@@ -156,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             except OSError as error:
                 return _unwritable(error)
         raise
+    validate = getattr(args, "validate", None)
+    problem = validate(args) if validate is not None else None
+    if problem is not None:
+        # Before the banner: a value the command refuses prints one line on stderr, nothing else.
+        return usage_error(command_parser.prog, problem)
     if sys.stdout is None:  # started with its standard output closed (``>&-``)
         return _unwritable(None)
     return _run(args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import doctest
 import platform
@@ -271,3 +272,57 @@ def test_the_package_imports_nothing_from_the_repository() -> None:
         if reached or "spec_from_file_location" in source or "sys.path" in source:
             offenders.append(f"{path.relative_to(ROOT)}: {sorted(reached) or 'a file-path import'}")
     assert offenders == []
+
+
+def test_an_unknown_option_of_a_command_names_the_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``demo --bogus`` is refused by the demo's parser: the error names ``... demo``."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["demo", "--bogus"])
+    assert stopped.value.code == USAGE_ERROR
+    assert capsys.readouterr().err == (
+        "python -m verified_queue demo: error: unrecognized arguments: --bogus (see --help)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--requests", "0"], "--requests 0: at least one request is needed"),
+        (["demo", "--block-size", "0"], "--block-size 0: a block holds at least one token"),
+        (["demo", "--blocks", "1"], "--blocks 1 of 16 tokens: too small for any request"),
+    ],
+)
+def test_a_refused_value_prints_no_banner(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's own checks of its values run before the banner: one line on stderr, no stdout."""
+    assert main(argv) == USAGE_ERROR
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith(f"python -m verified_queue demo: error: {message}")
+
+
+@pytest.mark.parametrize("command", [None, "selfcheck", "demo"])
+def test_help_states_every_default(command: str | None) -> None:
+    """Every option of every command says its default in --help (all but --help, --version)."""
+    argv = [command] if command else []
+    parser = cli.build_parser(argv)
+    if command is not None:
+        subparsers = next(
+            action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+        )
+        parser = subparsers.choices[command]
+    options = [
+        action
+        for action in parser._actions
+        if action.option_strings and action.dest not in {"help", "version"}
+    ]
+    assert options
+    help_text = parser.format_help()
+    for action in options:
+        assert action.help is not None
+        assert "default" in action.help, action.option_strings
+    assert ("(default: 2000)" if command == "demo" else "default: 20000)") in help_text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import io
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -364,3 +365,19 @@ def test_no_trace_leaves_an_injected_fault_to_plain_check_mode() -> None:
     assert report.status == 1
     assert "trace level" not in output
     assert "freed before by" not in report.result
+
+
+@pytest.mark.parametrize("fault", ["double-free", "foreign-remove"])
+def test_the_fault_line_counts_the_requests_served_as_the_report_does(fault: str) -> None:
+    """The ``[fault]`` line gives the served count the report then shows, beside the request id.
+
+    The request is numbered by arrival, which is not the count served: "at request 30"
+    next to "151 of 300 served" read as a contradiction.
+    """
+    report, output = run_quietly(replace(SMALL, inject=fault))
+    (line,) = [line for line in output.splitlines() if "[fault] planting" in line]
+    planted = re.search(r"at request (\d+) \(([\d,]+) served so far\)", line)
+    assert planted is not None, line
+    assert int(planted[2].replace(",", "")) == report.requests_served
+    served = f"requests served        {report.requests_served:,} of {SMALL.requests:,}"
+    assert served in output

@@ -270,6 +270,42 @@ def test_the_rebinding_survives_a_reload_and_reaches_later_imports(
     assert again.FreeKVCacheBlockQueue is not FreeBlockQueue
 
 
+def test_status_lists_every_name_the_plugin_rebound(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verified_queue.status() names the mode and each rebound vLLM name, with no logging."""
+    del fake_vllm
+    assert verified_queue.status().vllm_mode == "off"
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "checked")
+    logging.disable(logging.CRITICAL)  # the answer must not depend on any logger
+    try:
+        plugin.register()
+        importlib.reload(module("vllm.v1.core.kv_cache_utils"))  # rebound again: listed once
+        found = verified_queue.status()
+    finally:
+        logging.disable(logging.NOTSET)
+    queue = "verified_queue.vllm.checked.VllmCheckedFreeBlockQueue"
+    expected = [
+        f"vllm.v1.core.{name}.FreeKVCacheBlockQueue -> {queue}"
+        for name in ("block_pool", "kv_cache_utils")
+    ] + [f"vllm.v1.other.FreeKVCacheBlockQueue -> {queue}"]
+    assert found.vllm_mode == "checked"
+    assert [line for line in found.vllm_rebound if "FreeKVCacheBlockQueue" in line] == expected
+    blocks = [line for line in found.vllm_rebound if "FreeKVCacheBlockQueue" not in line]
+    # The compiled build rebinds KVCacheBlock too, where vLLM defines it and builds blocks.
+    assert [line.split(" -> ")[0] for line in blocks] == (
+        ["vllm.v1.core.block_pool.KVCacheBlock", "vllm.v1.core.kv_cache_utils.KVCacheBlock"]
+        if verified_queue.COMPILED
+        else []
+    )
+    assert f"VERIFIED_QUEUE_VLLM=checked installed in this process, {len(found.vllm_rebound)}" in (
+        str(found)
+    )
+    assert f"  {expected[0]}" in str(found).splitlines()
+    plugin.uninstall()
+    assert verified_queue.status().vllm_rebound == ()
+
+
 def test_without_the_plugin_a_reload_brings_vllms_queue_back(fake_vllm: Path) -> None:
     """The reload test can fail: rebinding by hand alone does not survive a reload."""
     del fake_vllm

@@ -38,6 +38,7 @@ import time
 from typing import TextIO
 
 from verified_queue.cli import PROG, usage_error
+from verified_queue.cli.progress import Progress
 from verified_queue.cli.simulation import (
     FAULTS,
     INTERRUPTED,
@@ -63,6 +64,7 @@ __all__ = [
     "add_arguments",
     "run",
     "run_demo",
+    "validate",
 ]
 
 
@@ -113,7 +115,9 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoReport:
         file=out,
         flush=True,  # a log piped elsewhere shows the run started, not only when it ends
     )
-    simulation = Simulation(config, out)
+    # On a terminal's stderr only, so a log or a test's capture gets the demo's own lines alone.
+    progress = Progress(f"{PROG} demo", "requests served", config.requests, sys.stderr)
+    simulation = Simulation(config, out, progress)
     report = simulation.report
     started = time.perf_counter()
     try:
@@ -130,6 +134,8 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> DemoReport:
         if report.fault_planted is None:
             raise  # no fault was planted: this is a real bug, and its traceback matters
         report.result = _stopped(report, error, "CRASHED")
+    finally:
+        progress.clear()
     report.seconds = time.perf_counter() - started
     pool = simulation.pool
     report.blocks_allocated = pool.num_allocated
@@ -231,19 +237,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Runtime complexity: O(1)
     """
     defaults = DemoConfig()
-    parser.add_argument("--requests", type=int, default=defaults.requests, help="requests to serve")
     parser.add_argument(
-        "--blocks", type=int, default=defaults.blocks, help="KV-cache blocks in the pool"
+        "--requests",
+        type=int,
+        default=defaults.requests,
+        help="requests to serve (default: %(default)s)",
     )
     parser.add_argument(
-        "--block-size", type=int, default=defaults.block_size, help="tokens per block"
+        "--blocks",
+        type=int,
+        default=defaults.blocks,
+        help="KV-cache blocks in the pool (default: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="random seed")
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=defaults.block_size,
+        help="tokens per block (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=defaults.seed, help="random seed (default: %(default)s)"
+    )
     parser.add_argument(
         "--no-checks",
         dest="checks",
         action="store_false",
-        help="run on the production queue, without check mode (faster)",
+        help="run on the production queue, without check mode (faster; default: check mode on)",
     )
     parser.add_argument(
         "--trace",
@@ -256,25 +275,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--key-function",
         choices=sorted(KEY_FUNCTIONS),
         default=defaults.key_function,
-        help="prefix-cache key function: sha256 (the default; collision resistant) or builtin "
-        "(Python's hash: faster, for one trusted tenant only)",
+        help="prefix-cache key function: sha256 (collision resistant) or builtin "
+        "(Python's hash: faster, for one trusted tenant only) (default: %(default)s)",
     )
     parser.add_argument(
         "--inject",
         choices=sorted(FAULTS),
-        help="plant a caller bug halfway through the run: "
+        help="plant a caller bug halfway through the run (default: none): "
         + "; ".join(f"{name}: {what}" for name, what in FAULTS.items()),
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the demo from parsed arguments; return 0 (clean), 1 (fault or damage), 2 (usage), 130.
-
-    130: stopped by Ctrl-C, after printing the report of the requests served so far.
-
-    Runtime complexity: that of :func:`run_demo`
-    """
-    config = DemoConfig(
+def _config(args: argparse.Namespace) -> DemoConfig:
+    """The configuration the parsed arguments ask for."""
+    return DemoConfig(
         requests=args.requests,
         blocks=args.blocks,
         block_size=args.block_size,
@@ -284,8 +298,32 @@ def run(args: argparse.Namespace) -> int:
         trace=args.trace,
         key_function=args.key_function,
     )
+
+
+def validate(args: argparse.Namespace) -> str | None:
+    """Say what is wrong with the parsed arguments' values, or return ``None``.
+
+    The command line calls it before it prints anything, so a refused run prints
+    one line on stderr and nothing else.
+
+    Runtime complexity: O(1)
+    """
     try:
-        _validate(config)
+        _validate(_config(args))
     except ValueError as error:
-        return usage_error(f"{PROG} demo", str(error))
+        return str(error)
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo from parsed arguments; return 0 (clean), 1 (fault or damage), 2 (usage), 130.
+
+    130: stopped by Ctrl-C, after printing the report of the requests served so far.
+
+    Runtime complexity: that of :func:`run_demo`
+    """
+    config = _config(args)
+    problem = validate(args)
+    if problem is not None:
+        return usage_error(f"{PROG} demo", problem)
     return run_demo(config).status

@@ -20,10 +20,13 @@ from __future__ import annotations
 import argparse
 import functools
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from verified_queue.block import Block
+from verified_queue.cli import PROG
+from verified_queue.cli.progress import Progress
 from verified_queue.errors import (
     AlreadyInQueueError,
     EmptyQueueError,
@@ -77,7 +80,12 @@ def _position(items: list[_Numbered], block: _Numbered) -> int:
     return -1
 
 
-def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) -> SelfCheckReport:
+def run_self_check(
+    operations: int = 20_000,
+    universe: int = 64,
+    seed: int = 0,
+    progress: Callable[[int], object] | None = None,
+) -> SelfCheckReport:
     """Run ``operations`` random calls, misuse included, on a queue and on a list side by side.
 
     Stops at the first difference in a result, an error (its class or its exact
@@ -87,6 +95,7 @@ def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) 
     constructor given a repeated or linked block or an iterator, and the lists
     results come in, which must be new on every call. ``operations`` and
     ``universe`` below 1 raise ``ValueError``: a check of nothing must not pass.
+    ``progress``, if given, is called with the number of operations run after each.
 
     Runtime complexity: O(operations * universe)
 
@@ -132,6 +141,8 @@ def run_self_check(operations: int = 20_000, universe: int = 64, seed: int = 0) 
                 )
         if report.mismatch is None:
             report.mismatch = _compare(queue, model, blocks)
+        if progress is not None:
+            progress(report.operations)
     return report
 
 
@@ -462,14 +473,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--operations",
         type=positive_int,
         default=20_000,
-        help="operations to run (at least 1)",
+        help="operations to run (at least 1; default: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the self-check the options ask for, print its verdict, and return the exit status."""
-    report = run_self_check(operations=args.operations, seed=args.seed)
+    command = f"{PROG} {args.command}" if getattr(args, "command", None) else PROG
+    # On a terminal's stderr only, after two seconds: a long --operations shows it is alive.
+    progress = Progress(command, "operations", args.operations, sys.stderr)
+    try:
+        report = run_self_check(
+            operations=args.operations, seed=args.seed, progress=progress.update
+        )
+    finally:
+        progress.clear()
     if report.mismatch is not None:
         print(f"self-check FAILED after {report.operations} operations: {report.mismatch}")
         return 1

@@ -19,6 +19,7 @@ from typing import Final, SupportsIndex, TextIO, TypeVar
 
 from verified_queue.block import Block
 from verified_queue.checked import CheckedFreeBlockQueue
+from verified_queue.cli.progress import Progress
 from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.errors import BlockPoolError
 from verified_queue.kvcache.keys import (
@@ -258,9 +259,11 @@ def queue_factory(checks: bool, trace: bool = False) -> tuple[QueueFactory, Call
 class Simulation:
     """The engine loop: arrivals, admission, decoding, preemption, finishing; faults on demand."""
 
-    def __init__(self, config: DemoConfig, out: TextIO) -> None:
+    def __init__(self, config: DemoConfig, out: TextIO, progress: Progress | None = None) -> None:
         self.config = config
         self.out = out
+        #: The progress line on a terminal's stderr, erased before each line printed to ``out``.
+        self.progress = progress
         self.rng = random.Random(config.seed)
         self.key_function = key_function_by_name(config.key_function)
         factory, self.describe_checks = queue_factory(config.checks, traces(config))
@@ -337,6 +340,8 @@ class Simulation:
                     break
                 self.running.append(self.waiting.popleft())
             self._decode_step()
+            if self.progress is not None:
+                self.progress.update(report.requests_served)
             while report.requests_served * 10 >= milestone * config.requests and milestone <= 10:
                 self._progress(milestone * 10, time.perf_counter() - started)
                 milestone += 1
@@ -460,8 +465,10 @@ class Simulation:
         self.armed = False
         self.report.fault_planted = fault
         self.report.pool_calls_at_fault = self.report.pool_calls
+        self._clear_progress()
         print(
-            f"  [fault] planting {fault} at request {request.index}: {FAULTS[fault]}",
+            f"  [fault] planting {fault} at request {request.index} "
+            f"({self.report.requests_served:,} served so far): {FAULTS[fault]}",
             file=self.out,
             flush=True,
         )
@@ -471,9 +478,15 @@ class Simulation:
         self.report.pool_calls += 1
         call(argument)
 
+    def _clear_progress(self) -> None:
+        """Erase the progress line on stderr, if one shows, before a line of the demo's own."""
+        if self.progress is not None:
+            self.progress.clear()
+
     def _progress(self, percent: int, seconds: float) -> None:
         """Print one progress line: requests served, queues, free blocks, hit rate, time."""
         report = self.report
+        self._clear_progress()
         print(
             f"  [{percent:3d}%] {report.requests_served:>7,} served, "
             f"{len(self.running):>4} running, {len(self.waiting):>5} waiting, "

@@ -30,7 +30,8 @@ refused in one line that says to use the pure build.
 The one record of what is installed in a process is the plugin's finder in
 ``sys.meta_path``: loading this module again (``importlib.reload``, or a second
 copy under another name) and registering again finds it, so a process never has
-two, and :func:`uninstall` removes every one.
+two, and :func:`uninstall` removes every one. ``verified_queue.status()`` reads it
+to list every vLLM name rebound, without logging and without loading this module.
 
 Any other value of the variable, or a vLLM whose queue or block this module
 does not recognise, raises :class:`VllmPluginError` in one line naming what it
@@ -57,6 +58,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import verified_queue
+from verified_queue._status import is_plugin_finder, plugin_installation
 from verified_queue.block import LINK_FIELDS, Block
 from verified_queue.queue import FreeBlockQueue
 
@@ -328,12 +330,6 @@ class _RebindingLoader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-#: The attribute that marks this plugin's finder in ``sys.meta_path``, whichever copy of this
-#: module made it (one reloaded, or loaded twice under two names): the finder is the one record
-#: of the installation in a process, so that there is only ever one.
-_FINDER_MARK: Final = "_verified_queue_rebinds_vllm"
-
-
 class _RebindingFinder(importlib.abc.MetaPathFinder):
     """First in ``sys.meta_path``: re-executions of ``kv_cache_utils`` are rebound too.
 
@@ -347,6 +343,10 @@ class _RebindingFinder(importlib.abc.MetaPathFinder):
     delegates the same way) finds nothing, so two delegating finders cannot recurse.
     """
 
+    # verified_queue._status.FINDER_MARK: the mark of this plugin's finder in sys.meta_path,
+    # whichever copy of this module made it (one reloaded, or loaded twice under two names).
+    # The finder is the one record of the installation in a process, so that there is only
+    # ever one; verified_queue.status() reads it there without loading this module.
     _verified_queue_rebinds_vllm = True
 
     def __init__(self, installation: Any) -> None:
@@ -380,20 +380,10 @@ class _RebindingFinder(importlib.abc.MetaPathFinder):
             self._asking.busy = False
 
 
-def _is_plugin_finder(finder: object) -> bool:
-    """Whether ``finder`` is this plugin's, made by any copy of this module."""
-    try:
-        return getattr(type(finder), _FINDER_MARK, False) is True
-    except Exception:  # a finder whose class lookup raises is not ours
-        return False
-
-
-def _current_installation() -> Any:
-    """The installation in force in this process (its finder's), or ``None``."""
-    for finder in sys.meta_path:
-        if _is_plugin_finder(finder):
-            return finder.installation  # type: ignore[attr-defined]  # ours: it has one
-    return None
+#: Whether a finder is this plugin's, made by any copy of this module.
+_is_plugin_finder = is_plugin_finder
+#: The installation in force in this process (its finder's), or ``None``.
+_current_installation = plugin_installation
 
 
 def installed_mode() -> str:

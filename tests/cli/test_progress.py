@@ -1,0 +1,152 @@
+"""The progress line of long runs: on a terminal's stderr, after 2 s, once a second at most."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+
+import pytest
+
+from verified_queue.__main__ import main
+from verified_queue.cli import progress as progress_module
+from verified_queue.cli.progress import DELAY, INTERVAL, Progress, duration
+
+ERASE = "\r\x1b[K"
+
+
+class FakeClock:
+    """A clock that moves only when told to, or by ``step`` on every reading."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now = 100.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+class Terminal(io.StringIO):
+    """A text stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def rendered(text: str) -> list[str]:
+    """The lines a terminal shows for ``text``: each erase starts its line over."""
+    return [line.rsplit(ERASE, 1)[-1] for line in text.split("\n")]
+
+
+def test_nothing_before_the_delay_then_at_most_one_line_a_second() -> None:
+    """No line in the first 2 s; then one, and the next no sooner than a second later."""
+    clock = FakeClock()
+    stream = Terminal()
+    progress = Progress("cmd", "things", 100, stream, clock=clock)
+    progress.update(1)
+    clock.now += DELAY - 0.01
+    progress.update(10)
+    assert stream.getvalue() == ""
+    clock.now += 0.01
+    progress.update(20)
+    assert stream.getvalue() == f"{ERASE}cmd: 20 of 100 things (20%), 2 s, about 8 s left"
+    clock.now += INTERVAL - 0.01
+    progress.update(30)
+    assert progress.shown == 1
+    clock.now += 0.01
+    progress.update(40)
+    assert progress.shown == 2
+    progress.clear()
+    assert stream.getvalue().endswith(f"about 4 s left{ERASE}")
+    progress.clear()  # nothing shows: nothing to erase
+    assert stream.getvalue().count(ERASE) == 3
+
+
+def test_a_stream_that_is_no_terminal_gets_nothing() -> None:
+    """A pipe, a file or a test's capture gets no progress, however long the run."""
+    clock = FakeClock(step=10.0)
+    stream = io.StringIO()
+    progress = Progress("cmd", "things", 100, stream, clock=clock)
+    for done in range(100):
+        progress.update(done)
+    progress.clear()
+    assert stream.getvalue() == ""
+    assert not Progress("cmd", "things", 1, None).enabled
+
+
+def test_a_real_terminal_is_recognised_and_a_pipe_is_not() -> None:
+    """isatty() decides: a pseudo-terminal enables the line, a pipe does not."""
+    pty = pytest.importorskip("pty")
+    controller, follower = pty.openpty()
+    reader, writer = os.pipe()
+    with open(follower, "w") as terminal, open(writer, "w") as pipe:
+        assert Progress("cmd", "things", 1, terminal).enabled
+        assert not Progress("cmd", "things", 1, pipe).enabled
+    os.close(controller)
+    os.close(reader)
+
+
+def test_a_failing_stream_turns_the_progress_off() -> None:
+    """A closed stderr does not stop the run: the progress just stops."""
+    clock = FakeClock(step=5.0)
+    stream = Terminal()
+    progress = Progress("cmd", "things", 10, stream, clock=clock)
+    stream.close()
+    progress.update(1)
+    assert not progress.enabled
+
+
+def test_durations_read_as_a_wait() -> None:
+    """Seconds, then minutes and seconds, then hours and minutes."""
+    assert [duration(s) for s in (0, 59.4, 60, 3599, 3600, 86399)] == [
+        "0 s",
+        "59 s",
+        "1 min 0 s",
+        "59 min 59 s",
+        "1 h 0 min",
+        "23 h 59 min",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "pattern"),
+    [
+        (
+            ["selfcheck", "--operations", "3000"],
+            r"python -m verified_queue selfcheck: [\d,]+ of 3,000 operations \(\d+%\)",
+        ),
+        (
+            ["--operations", "3000"],
+            r"python -m verified_queue: [\d,]+ of 3,000 operations \(\d+%\)",
+        ),
+        (
+            ["demo", "--requests", "300", "--blocks", "1024"],
+            r"python -m verified_queue demo: [\d,]+ of 300 requests served \(\d+%\)",
+        ),
+    ],
+)
+def test_long_runs_show_progress_that_never_mixes_into_a_line(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], pattern: str
+) -> None:
+    """Past 2 s a run shows its progress, erased before each line of its own and at its end."""
+    # One terminal for stdout and stderr, as a shell gives them, and a clock 10 ms a reading.
+    # Replaced here, not in a fixture: pytest sets its own capture again when the test starts.
+    terminal = Terminal()
+    monkeypatch.setattr(progress_module, "_clock", FakeClock(step=0.01))
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "stdout", terminal)
+        patched.setattr(sys, "stderr", terminal)
+        status = main(argv)
+    assert status == 0
+    text = terminal.getvalue()
+    shown = re.findall(pattern, text)
+    assert len(shown) >= 2
+    lines = rendered(text)
+    # Every progress line was erased: by the next, before a line of the command's own, or at
+    # the end. So none shows, and none ran into a line of the output.
+    assert not [line for line in lines if re.search(pattern, line)]
+    assert lines[-1] == ""
+    assert lines[0].startswith("verified_queue ")  # the banner, first
+    assert any("self-check passed" in line or "result  " in line for line in lines)

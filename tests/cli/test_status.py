@@ -1,0 +1,131 @@
+"""``verified_queue.status()`` and ``python -m verified_queue status``: what is in force.
+
+The plugin's rebindings on a stand-in vLLM are in ``tests/vllm/test_plugin.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import verified_queue
+from verified_queue import _status
+from verified_queue.__main__ import main
+
+
+def _run(code: str, **environment: str) -> str:
+    """Run ``code`` in a fresh interpreter with ``environment`` added; return its stdout."""
+    env = {**os.environ, **environment}
+    for name in ("VERIFIED_QUEUE_CHECKS", "VERIFIED_QUEUE_VLLM"):
+        if name not in environment:
+            env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def test_status_names_the_build_and_the_class_in_force() -> None:
+    """status() reports the version, the build, the check level and what FreeBlockQueue names."""
+    found = verified_queue.status()
+    assert found.version == verified_queue.__version__
+    assert found.compiled is verified_queue.COMPILED
+    assert found.check_level == verified_queue.CHECK_LEVEL
+    bound = verified_queue.FreeBlockQueue
+    assert found.free_block_queue == f"{bound.__module__}.{bound.__qualname__}"
+    assert found.vllm_mode == "off"
+    assert found.vllm_rebound == ()
+    text = str(found)
+    build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
+    assert text.splitlines()[0] == f"verified_queue {verified_queue.__version__}, {build} build"
+    assert f"verified_queue.FreeBlockQueue is {found.free_block_queue}" in text
+    assert "vLLM plugin: nothing rebound in this process" in text
+
+
+@pytest.mark.parametrize(
+    ("level", "bound"),
+    [
+        ("off", "verified_queue.queue.FreeBlockQueue"),
+        ("1", "verified_queue.checked.CheckedFreeBlockQueue"),
+        ("trace", "verified_queue.traced.TracedFreeBlockQueue"),
+    ],
+)
+def test_status_follows_the_check_switch_and_loads_nothing(level: str, bound: str) -> None:
+    """In a fresh process: the level read at import, and neither check mode nor plugin loaded."""
+    code = (
+        "import json, sys, verified_queue\n"
+        "s = verified_queue.status()\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('verified_queue.checked',"
+        " 'verified_queue.vllm', 'vllm')))\n"
+        "print(json.dumps([s.check_level, s.free_block_queue, s.vllm_mode, loaded]))\n"
+    )
+    level_name, name, mode, loaded = json.loads(_run(code, VERIFIED_QUEUE_CHECKS=level))
+    assert (level_name, name, mode) == ({"1": "on"}.get(level, level), bound, "off")
+    if level == "off":
+        assert loaded == []  # check mode is loaded only when the switch asks for it
+    else:
+        assert "verified_queue.checked" in loaded
+    assert not [module for module in loaded if "vllm" in module]
+
+
+def test_importing_the_package_loads_neither_check_mode_nor_the_status_module() -> None:
+    """The package stays lazy: status and the checkers load on first use only."""
+    code = (
+        "import sys, verified_queue\n"
+        "print(sorted(m for m in sys.modules if m.startswith('verified_queue.')))\n"
+    )
+    loaded = _run(code)
+    for lazy in ("_status", "checked", "traced", "vllm", "invariants"):
+        assert f"'verified_queue.{lazy}" not in loaded
+
+
+def test_dir_lists_the_api_and_no_stray_import() -> None:
+    """dir(verified_queue): the API (lazy classes included) and submodules, no helper imports."""
+    names = dir(verified_queue)
+    for stray in ("Path", "TYPE_CHECKING", "annotations", "warnings", "typing"):
+        assert stray not in names
+    public = {name for name in names if not name.startswith("_")}
+    submodules = {name for name in public if type(getattr(verified_queue, name)) is type(sys)}
+    assert public - submodules == set(verified_queue.__all__) - {"__version__"}
+    assert "CheckedFreeBlockQueue" in names  # loaded lazily, listed all the same
+
+
+def test_the_plugin_finder_mark_is_the_plugins() -> None:
+    """The plugin marks its finder with the attribute status() looks for."""
+    from verified_queue.vllm import plugin  # noqa: PLC0415 -- the plugin is loaded on purpose
+
+    assert getattr(plugin._RebindingFinder, _status.FINDER_MARK) is True
+    assert _status.is_plugin_finder(plugin._RebindingFinder(None))
+    assert not _status.is_plugin_finder(object())
+
+
+def test_the_status_command_prints_the_status_and_the_vllm_outlook(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``status`` prints the banner, the status without its first line, and vLLM's outlook."""
+    monkeypatch.setenv("VERIFIED_QUEUE_VLLM", "checked")
+    assert main(["status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
+    assert lines[0] == f"verified_queue {verified_queue.__version__} ({build})"
+    assert lines[1:3] == str(verified_queue.status()).splitlines()[1:]
+    assert lines[3].startswith("vLLM: ")
+    assert "the plugin is registered (verified_queue.vllm.plugin:register)" in lines[3]
+    assert lines[4] == (
+        "vLLM: a vLLM process started from here rebinds its FreeKVCacheBlockQueue "
+        "(VERIFIED_QUEUE_VLLM=checked)"
+    )
+
+
+def test_the_status_command_names_a_refused_plugin_value(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A VERIFIED_QUEUE_VLLM the plugin would refuse is reported with the plugin's own words."""
+    monkeypatch.setenv("VERIFIED_QUEUE_VLLM", "yes")
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "a vLLM process started from here stops: VERIFIED_QUEUE_VLLM='yes': expected" in out
