@@ -81,7 +81,7 @@ def draw(
         axis.set_yticks([0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.4], minor=True)
         axis.set_xlabel("n")
         axis.set_ylabel(f"time / {base}'s")
-        axis.set_title(f"{result.name} ({result.unit})")
+        axis.set_title(result.ratio_title)  # a ratio axis: no µs in its title
         axis.grid(visible=True, which="both", linewidth=0.3)
     for axis, result in zip(axes[len(stepped) :], builds, strict=False):
         base = _reference_of(result, reference, subjects)

@@ -89,6 +89,17 @@ class WorkloadResult:
     medians: dict[str, dict[int, float]] = field(default_factory=dict)
     samples: dict[str, dict[int, list[float]]] = field(default_factory=dict)
 
+    @property
+    def ratio_title(self) -> str:
+        """The title of a panel that plots this workload's ratios: the name and what one sample is.
+
+        The ratios have no unit (a time over the reference's time), so the title names
+        what was timed, not the unit of the tables' times: ``single (time per step, as a
+        ratio)``, not ``single (µs per step)`` over a ratio axis.
+        """
+        timed = self.unit.split(" per ", 1)[-1]
+        return f"{self.name} (time per {timed}, as a ratio)"
+
     def record(self, subject: str, n: int, seconds: float) -> None:
         """Add one sample."""
         self.samples.setdefault(subject, {}).setdefault(n, []).append(seconds)

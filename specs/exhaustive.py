@@ -81,6 +81,7 @@ __all__ = [
     "IntSubclass",
     "check_every_state",
     "count_states",
+    "expected_counts",
     "integer_likes",
     "main",
 ]
@@ -198,6 +199,57 @@ def count_states(blocks: int) -> int:
     # Each block in A, in B or detached, less the splits that leave B empty.
     splits = sum(math.comb(blocks, size) << (blocks - size) for size in range(blocks + 1))
     return single + splits - (1 << blocks)
+
+
+def _popleft_n_counts(length: int) -> list[object]:
+    """The counts ``popleft_n`` is called with in a state where A holds ``length`` blocks."""
+    return [*range(-2, length + 3), *integer_likes(length)]
+
+
+def _state_sizes(blocks: int) -> Iterator[tuple[int, int, int]]:
+    """``(len(A), len(B), how many states)`` for each size of A and B :func:`_states` gives."""
+    for queued in range(blocks + 1):
+        yield queued, 0, math.perm(blocks, queued)
+        for other in range(1, blocks - queued + 1):
+            yield queued, other, math.comb(blocks, queued) * math.comb(blocks - queued, other)
+
+
+def expected_counts(blocks: int, max_batch: int) -> ExhaustiveReport:
+    """The counts a run over ``blocks`` and ``max_batch`` reports when it finds no counterexample.
+
+    Computed without running the check, from the very operation and batch lists the
+    check builds, so the documentation can state the counts of a run far too long for
+    the test suite (``tox -e exhaustive``) and a test can hold them to the code: the
+    states, the transitions (every operation from every state, ``popleft_n`` with the
+    counts of its state, and every constructor call from one state per pair of sizes),
+    the queries and the calls outside the contract. Only ``rejected`` needs the run.
+    ``tests/verification/test_exhaustive.py`` compares it with real runs.
+
+    Runtime complexity: O(blocks ** max_batch + blocks ** 2)
+
+    >>> counts = expected_counts(6, 3)
+    >>> counts.states, counts.two_queue_states, counts.queries
+    (2622, 665, 39330)
+    """
+    universe = [SpecBlock(number) for number in range(blocks)]
+    queues: list[FreeBlockQueue[SpecBlock]] = [FreeBlockQueue(), FreeBlockQueue()]
+    sentinels: list[Block] = [
+        node for queue in queues for node in (queue.fake_free_list_head, queue.fake_free_list_tail)
+    ]
+    operations = len(_operations(universe, sentinels, max_batch))
+    batches = sum(1 for _ in _batches(universe, sentinels, max_batch))
+    report = ExhaustiveReport(blocks, max_batch, FreeBlockQueue.__qualname__)
+    for queued, other, states in _state_sizes(blocks):
+        report.states += states
+        report.two_queue_states += states if other else 0
+        # remove() and iter_blocks_after() of each block of B are skipped (state_operations).
+        report.outside_contract += states * 2 * other
+        report.transitions += states * (operations - 2 * other + len(_popleft_n_counts(queued)))
+        # check_queries: five queries, then `in` of every block and of the four sentinels.
+        report.queries += states * (5 + blocks + len(sentinels))
+    # The constructor, from one state per pair of sizes (check_state), with every batch.
+    report.transitions += (blocks + 1) * (blocks + 2) // 2 * batches
+    return report
 
 
 def _states(blocks: int) -> Iterator[State]:
@@ -511,10 +563,12 @@ class _Checker:
             foreign = set(other)
             operations = [op for op in operations if op[2] not in foreign]
             self.report.outside_contract += len(self.operations) - len(operations)
-        counts: list[object] = [*range(-2, len(queued) + 3), *integer_likes(len(queued))]
         return [
             *operations,
-            *((f"popleft_n({n!r})", methodcaller("popleft_n", n), -1) for n in counts),
+            *(
+                (f"popleft_n({n!r})", methodcaller("popleft_n", n), -1)
+                for n in _popleft_n_counts(len(queued))
+            ),
         ]
 
     def check_operations(

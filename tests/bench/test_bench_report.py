@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import verified_queue
@@ -107,3 +109,19 @@ def test_the_compiled_speedups_are_judged_at_the_slowest_n(monkeypatch: pytest.M
     assert _verdicts(rows, "3x faster") == [("slowest 2.50x faster (single, n=100)", False)]
     monkeypatch.setattr(verified_queue, "COMPILED", False)
     assert _verdicts(targets([single], OURS, REFERENCE), "3x faster") == []
+
+
+@pytest.mark.parametrize("unit", ["µs per step", "µs per n operations", "ms per queue"])
+def test_a_ratio_panel_is_not_titled_in_a_unit_of_time(unit: str) -> None:
+    """The plot's panels show ratios: a title names what was timed, never µs or ms."""
+    title = WorkloadResult("single", unit).ratio_title
+    assert "µs" not in title
+    assert "ms" not in title
+    assert title == f"single (time per {unit.split(' per ')[1]}, as a ratio)"
+
+
+def test_the_plot_titles_its_ratio_panels_with_ratio_title() -> None:
+    """bench/plot.py titles each stepped workload's panel with ``ratio_title``, not its unit."""
+    source = (Path(__file__).resolve().parents[2] / "bench" / "plot.py").read_text()
+    assert "axis.set_title(result.ratio_title)" in source
+    assert "result.unit" not in source

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from specs.exhaustive import check_every_state, count_states, main
+from specs.exhaustive import check_every_state, count_states, expected_counts, main
 from specs.model import SpecBlock
 from specs.planted_bugs import PLANTED_BUGS
 from verified_queue._messages import already_linked
@@ -20,12 +21,26 @@ from verified_queue.block import Block, Sentinel
 from verified_queue.errors import EmptyQueueError
 from verified_queue.queue import FreeBlockQueue
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_every_operation_from_every_state_of_six_blocks() -> None:
     """Every operation from each of the 2622 states of a six-block universe matches the model."""
     report = check_every_state(blocks=6, max_batch=3, jobs=2)
     print(report.summary())
     assert report.counterexample is None, report.counterexample
+    expected = expected_counts(6, 3)
+    assert (report.transitions, report.queries, report.outside_contract) == (
+        expected.transitions,
+        expected.queries,
+        expected.outside_contract,
+    )
+    page = ROOT / "docs" / "verification.md"
+    if page.exists():  # the refusals the verification page states for this very run
+        refused = re.search(r"([\d,]+) transitions \(([\d,]+) refused\)", page.read_text())
+        assert refused is not None
+        assert int(refused[1].replace(",", "")) == report.transitions
+        assert int(refused[2].replace(",", "")) == report.rejected
     assert report.states == count_states(6) == 2622
     assert report.two_queue_states == 3**6 - 2**6 == 665
     # At least one call of every kind per state (both batch operations with every batch of
@@ -58,6 +73,16 @@ def _enumerated_states(blocks: int) -> int:
         else:
             count += math.factorial(queued)  # B empty: every order of A
     return count
+
+
+@pytest.mark.parametrize(("blocks", "max_batch"), [(0, 0), (1, 3), (2, 2), (3, 2), (3, 3), (4, 1)])
+def test_expected_counts_are_a_runs(blocks: int, max_batch: int) -> None:
+    """expected_counts, computed without a run, gives what a run reports (all but refusals)."""
+    report = check_every_state(blocks=blocks, max_batch=max_batch)
+    expected = expected_counts(blocks, max_batch)
+    assert report.counterexample is None
+    for name in ("states", "two_queue_states", "transitions", "queries", "outside_contract"):
+        assert getattr(expected, name) == getattr(report, name), name
 
 
 @pytest.mark.parametrize("blocks", range(5))
