@@ -105,6 +105,7 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
         [
             "tests/queue/test_queue.py",
             "tests/queue/test_queue_diagnostics.py",
+            "tests/queue/test_count_written.py",
             "tests/queue/test_block.py",
             "tests/checks/test_checked_misuse.py",
         ],

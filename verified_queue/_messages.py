@@ -27,6 +27,7 @@ __all__ = [
     "can_link",
     "changed_during_iteration",
     "count_argument",
+    "count_past_chain",
     "describe",
     "first_unlinkable",
     "has_links",
@@ -36,6 +37,7 @@ __all__ = [
     "lost_inner_link",
     "not_a_block",
     "not_linked",
+    "ran_off_the_chain",
     "too_few_blocks",
 ]
 
@@ -207,6 +209,49 @@ def lost_inner_link(operation: str, sentinel: str) -> InvariantViolation:
         invariant="sentinel_linkage",
         clause="I1",
     )
+
+
+def count_past_chain(
+    operation: str, count: int, counted: object, linked: int
+) -> InvariantViolation:
+    """Build the error for a count that ran past the tail: ``num_free_blocks`` written from outside.
+
+    ``popleft_n(count)`` trusts the count (I2) to stop its walk before the tail; a
+    count written higher than the chain is long (vLLM's own tests write
+    ``num_free_blocks``) lets the walk reach the tail after ``linked`` blocks. The
+    links are sound, so I2 is what is broken, not I1.
+
+    >>> print(count_past_chain("popleft_n", 5, 5, 3))  # doctest: +NORMALIZE_WHITESPACE
+    popleft_n(5): num_free_blocks is 5, but 3 blocks are linked (I2 broken by outside code:
+    the count was written); nothing was changed
+    """
+    return InvariantViolation(
+        f"{operation}({count}): num_free_blocks is {counted!r}, but {linked} blocks are linked "
+        "(I2 broken by outside code: the count was written); nothing was changed",
+        invariant="count_consistency",
+        clause="I2",
+        expected=str(linked),
+        found=repr(counted),
+    )
+
+
+def ran_off_the_chain(
+    operation: str, tail: object, taken: list[_Item], count: int, counted: object
+) -> InvariantViolation:
+    """Build the error for a walk from the head that met a node with no successor.
+
+    The walk of ``popleft_n(count)`` took the nodes in ``taken`` (``None`` where it
+    did not get to). If it took the ``tail`` sentinel, the chain is sound and the count
+    is what is wrong (I2, :func:`count_past_chain`); otherwise a link inside the chain
+    is (I1, :func:`lost_inner_link`).
+    """
+    # A plain loop, as the all-sizes proof (specs/proof) reads the builders the queue calls.
+    index = 0
+    for node in taken:
+        if node is tail:
+            return count_past_chain(operation, count, counted, index)
+        index += 1  # noqa: SIM113 -- the proof's translator takes no tuple target (enumerate)
+    return lost_inner_link(operation, "head")
 
 
 def too_few_blocks(count: int, available: int) -> EmptyQueueError:
