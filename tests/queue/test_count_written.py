@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+import verified_queue
 from verified_queue._messages import count_past_chain, lost_inner_link, ran_off_the_chain
 from verified_queue.block import Block
 from verified_queue.errors import InvariantViolation
@@ -70,7 +71,13 @@ def test_popleft_n_past_a_written_count_blames_the_count(written: int, asked: in
     assert queue.num_free_blocks == written
 
 
-@NEEDS_QUEUE_CHANGE
+# The compiled build already refuses this one cleanly (its None read fails at once).
+@pytest.mark.xfail(
+    condition=not verified_queue.COMPILED,
+    strict=True,
+    raises=(AssertionError, AttributeError),
+    reason="popleft_n must call _messages.ran_off_the_chain (see this module's docstring)",
+)
 def test_popleft_n_over_a_cleared_link_blames_the_link_and_changes_nothing() -> None:
     """A block whose forward link outside code cleared is I1, and the queue stays as it was."""
     blocks = [Block() for _ in range(3)]
