@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from verified_queue.errors import EmptyQueueError
+from verified_queue.errors import EmptyQueueError, QueueError
+from verified_queue.kvcache._repair import ForgetHashes, GetUndo, TouchRest, Uncache, finish
 from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.errors import BlockPoolError, DoubleFreeError
 from verified_queue.kvcache.keys import BlockHash
@@ -39,14 +40,52 @@ class TouchSetsCountToOne(BlockPool):
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on each block, but as ``ref_cnt = 1``."""
-        queue_remove = self.free_block_queue.remove
-        for block in blocks:
-            if block.is_null:
-                continue
-            if block.ref_cnt == 0:
-                queue_remove(block)
-            block.ref_cnt = 1  # should be += 1
-            self.num_touched += 1
+        if blocks.__class__ is not list:
+            blocks = list(blocks)  # walked again if it is cut short
+        queue = self.free_block_queue
+        queue_remove = queue.remove
+        # The count of touches is the loop's progress: it counts each block touched, with no
+        # checkpoint between the block's own count and it. The queue's count before tells
+        # what the touch removed.
+        touched = self.num_touched
+        free = queue.num_free_blocks
+        rest: TouchRest | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first finishes the
+        # touch, each outer one what an interrupt cut short of the one inside.
+        try:
+            try:
+                try:
+                    for block in blocks:
+                        if block.is_null:
+                            continue  # P1
+                        if block.ref_cnt == 0:
+                            queue_remove(block)  # P2: a ref-0 block is in the queue
+                        block.ref_cnt = 1  # should be += 1
+                        self.num_touched += 1
+                except QueueError:
+                    # The queue refused this block: touch stops there (see the docstring).
+                    rest = TouchRest(self, blocks, -1, free)
+                    raise
+                except BaseException as error:
+                    rest = TouchRest(self, blocks, self.num_touched - touched, free)
+                    last = finish(rest, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if rest is None:
+                    rest = TouchRest(self, blocks, self.num_touched - touched, free)
+                last = finish(rest, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if rest is None:
+                rest = TouchRest(self, blocks, self.num_touched - touched, free)
+            last = finish(rest, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above
 
 
 class GetNewBlocksLeavesCacheEntry(BlockPool):
@@ -59,40 +98,65 @@ class GetNewBlocksLeavesCacheEntry(BlockPool):
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take blocks from the front, forgetting their hashes on the block only."""
-        free = len(self.free_block_queue)
+        queue = self.free_block_queue
+        free = len(queue)
         if num_blocks > free:
             raise EmptyQueueError(f"cannot get {num_blocks} blocks from a pool with {free} free")
-        blocks: list[KVCacheBlock] = []
         allocated = self.num_allocated
+        num_evicted = self.num_evicted
+        blocks: list[KVCacheBlock] | None = None
+        # Each eviction, recorded before it is made: the block, its hash, and the cache entry
+        # it leaves (which the eviction replaces, never changes: see _evict_cached_hash).
+        evicted: list[tuple[KVCacheBlock, BlockHash, dict[int, KVCacheBlock] | None]] | None = None
+        undo: GetUndo | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
         try:
-            blocks = self.free_block_queue.popleft_n(num_blocks)
-            for block in blocks:
-                block_hash = block.block_hash
-                if block_hash is not None:
-                    block.reset_hash()  # should be self._evict_cached_hash(block, block_hash)
-                    self.num_evicted += 1
-                block.ref_cnt = 1  # P2: it was 0 while the block was free
-            # Inside the try, up to the return: a trace function may raise at any line start.
-            self.num_allocated = allocated + num_blocks
-            return blocks
-        except BaseException:
-            # Cut short (an interrupt): the caller never gets the blocks, so they go back
-            # to the front, in order, free (P2). A hash already dropped stays dropped, as
-            # lazy eviction may drop any free block's.
-            if not blocks and len(self.free_block_queue) < free:
-                # Taken, but interrupted as the call returned, before its list was stored:
-                # they are the pool's detached blocks that are free by their count (P2).
-                blocks = [
-                    block
-                    for block in self.blocks
-                    if block.ref_cnt == 0 and not block.is_null and block.prev_free_block is None
-                ]
-            for block in blocks:
-                block.ref_cnt = 0
-                self._finish_eviction(block)
-            self.free_block_queue.prepend_n(blocks)
-            self.num_allocated = allocated
-            raise
+            try:
+                try:
+                    if num_blocks == 1:
+                        # An interrupt as the call returns, before the store, leaves one block
+                        # taken: the undo finds it (the only detached block free by its count).
+                        blocks = queue.popleft_n(num_blocks)
+                    else:
+                        # Unpacked from map: the list reaches ``blocks`` in C, with no
+                        # checkpoint between popleft_n's return and the store, where an
+                        # interrupt would lose the blocks' order.
+                        (blocks,) = map(queue.popleft_n, (num_blocks,))
+                    cache = self.cached_block_hash_to_block
+                    for block in blocks:
+                        block_hash = block.block_hash
+                        if block_hash is not None:
+                            if evicted is None:
+                                evicted = []
+                            evicted.append((block, block_hash, cache.get(block_hash)))
+                            block.reset_hash()  # should be self._evict_cached_hash(...)
+                            self.num_evicted += 1
+                        block.ref_cnt = 1  # P2: it was 0 while the block was free
+                    # Inside the try, up to the return (no checkpoint after the count's store).
+                    self.num_allocated = allocated + num_blocks
+                    return blocks
+                except BaseException as error:
+                    # The caller never gets the blocks: all of it is undone (P2, P3).
+                    undo = GetUndo(self, blocks, evicted, free=free, num_evicted=num_evicted)
+                    last = finish(undo, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if undo is None:
+                    undo = GetUndo(self, blocks, evicted, free=free, num_evicted=num_evicted)
+                last = finish(undo, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if undo is None:
+                undo = GetUndo(self, blocks, evicted, free=free, num_evicted=num_evicted)
+            last = finish(undo, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above
 
 
 class EvictDropsEveryDuplicate(BlockPool):
@@ -105,11 +169,17 @@ class EvictDropsEveryDuplicate(BlockPool):
 
     def _evict_cached_hash(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Drop the hash's entry, not just this block's place in it."""
-        cached = self.cached_block_hash_to_block.get(block_hash)
-        if cached is None or cached.pop(block.block_id, None) is None:
+        cache = self.cached_block_hash_to_block
+        cached = cache.get(block_hash)
+        if cached is None or block.block_id not in cached:
             raise BlockPoolError(f"{block!r} carries a hash it is not cached under (P3 broken)")
-        del self.cached_block_hash_to_block[block_hash]  # should only if the entry is now empty
-        block.reset_hash()
+        if len(cached) >= 1:  # should be == 1: the entry's other blocks stay cached
+            del cache[block_hash]
+        else:
+            rest = cached.copy()
+            del rest[block.block_id]
+            cache[block_hash] = rest
+        block.block_hash = None  # reset_hash(), without the call
         self.num_evicted += 1
 
 
@@ -149,9 +219,37 @@ class CacheOverwritesDuplicate(BlockPool):
                 raise BlockPoolError(f"{block!r} appears twice among the blocks to cache")
             seen.add(id(block))
         cache = self.cached_block_hash_to_block
-        for block, block_hash in zip(new_blocks, new_hashes, strict=True):
-            block.set_block_hash(block_hash)  # P3: set and registered together
-            cache[block_hash] = {block.block_id: block}  # should add to an existing entry
+        undo: Uncache | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
+        try:
+            try:
+                try:
+                    for block, block_hash in zip(new_blocks, new_hashes, strict=True):
+                        block.set_block_hash(block_hash)  # P3: set and registered together
+                        cache[block_hash] = {
+                            block.block_id: block
+                        }  # should add to an existing entry
+                except BaseException as error:
+                    undo = Uncache(self, new_blocks)
+                    last = finish(undo, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if undo is None:
+                    undo = Uncache(self, new_blocks)
+                last = finish(undo, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if undo is None:
+                undo = Uncache(self, new_blocks)
+            last = finish(undo, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above
 
 
 class FindHitSkipsMiss(BlockPool):
@@ -215,7 +313,7 @@ class FreeIgnoresEvictFirst(BlockPool):
                     to_back.append(block)
                 else:
                     to_front.append(block)
-        return _FreePlan(self, blocks, to_front, to_back)
+        return _FreePlan(self, blocks, to_front, to_back, left)
 
 
 class FreeCountsEachListingAlone(BlockPool):
@@ -260,7 +358,7 @@ class FreeCountsEachListingAlone(BlockPool):
                     to_back.append(block)
                 else:
                     to_front.append(block)
-        return _FreePlan(self, blocks, to_front, to_back)
+        return _FreePlan(self, blocks, to_front, to_back, left)
 
 
 class ResetCountsNullBlockFree(BlockPool):
@@ -272,7 +370,33 @@ class ResetCountsNullBlockFree(BlockPool):
         """Forget every hash if all ``num_blocks`` blocks are free, which never happens."""
         if len(self.free_block_queue) != self.num_blocks:  # should be num_blocks - 1
             return False
-        self.cached_block_hash_to_block = {}
-        for block in self.blocks:
-            block.reset_hash()
-        return True
+        rest: ForgetHashes | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first finishes the
+        # reset, each outer one what an interrupt cut short of the one inside.
+        try:
+            try:
+                try:
+                    self.cached_block_hash_to_block = {}
+                    for block in self.blocks:
+                        block.reset_hash()
+                    return True
+                except BaseException as error:
+                    rest = ForgetHashes(self)
+                    last = finish(rest, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if rest is None:
+                    rest = ForgetHashes(self)
+                last = finish(rest, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if rest is None:
+                rest = ForgetHashes(self)
+            last = finish(rest, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above

@@ -36,6 +36,19 @@ P5. Block ``i`` of the pool is ``blocks[i]``, has ``block_id == i`` and carries
     hands another pool's block to that pool, as vLLM does (deferred frees may
     mix the pools of several KV-cache groups); ``cache_full_blocks`` refuses one.
 
+An exception from outside (``KeyboardInterrupt`` from a signal, a timeout's
+exception) may cut a method short wherever the interpreter can run a signal handler, in
+the pool's code or in the queue's. Every method that changes the pool then leaves the
+pool, its free queue (and those of the pools a free reaches) and every block exactly as
+before the call or as after it, and raises the exception, at the depth the queue's batch
+methods promise: at most three exceptions in all, the one that cuts the call short
+included; a fourth, in a burst, can leave a call half done. That is the contract of
+:mod:`verified_queue._undo` (for users: ``docs/usage.md``, "Faults"), kept one level up
+by the same rule: three handlers deep, each running a repair that keeps its progress
+(:mod:`verified_queue.kvcache._repair`).
+Each method says which end it reaches; ``tests/kvcache/test_pool_nested_interrupts.py``
+shows the promise at every checkpoint and pins where it stops.
+
 The P-numbers name the pool's invariants; the free queue beneath keeps its own,
 I1..I5 of ``verified_queue.queue``. Where the two meet: a block that P2 puts
 outside the free queue (one a request holds) is detached (I4), and P4 is I5
@@ -58,7 +71,15 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 
 import verified_queue
-from verified_queue.errors import EmptyQueueError
+from verified_queue.errors import EmptyQueueError, QueueError
+from verified_queue.kvcache._repair import (
+    ForgetHashes,
+    FreeUndo,
+    GetUndo,
+    TouchRest,
+    Uncache,
+    finish,
+)
 from verified_queue.kvcache.block import KVCacheBlock, show_hash
 from verified_queue.kvcache.errors import BlockPoolError, DoubleFreeError
 from verified_queue.kvcache.keys import BlockHash
@@ -76,7 +97,7 @@ QueueFactory = Callable[[list["KVCacheBlock"]], FreeBlockQueue["KVCacheBlock"]]
 class _FreePlan:
     """One pool's share of a ``free_blocks`` call, validated; applied and undone as a unit."""
 
-    __slots__ = ("blocks", "pool", "to_back", "to_front")
+    __slots__ = ("blocks", "freed", "freed_lifo", "left", "pool", "to_back", "to_front")
 
     def __init__(
         self,
@@ -84,45 +105,34 @@ class _FreePlan:
         blocks: list[KVCacheBlock],
         to_front: list[KVCacheBlock],
         to_back: list[KVCacheBlock],
+        left: dict[int, int] | None = None,
     ) -> None:
         self.pool = pool
         self.blocks = blocks  # every occurrence, each dropping one reference
         self.to_front = to_front
         self.to_back = to_back
+        if left is None:
+            # Built without the counts (by an override of _plan_free): counted here.
+            left = {}
+            for block in blocks:
+                left[id(block)] = left.get(id(block), block.ref_cnt) - 1
+        # id(block) -> its ref_cnt once applied: what undo counts back up from.
+        self.left = left
+        self.freed = pool.num_freed
+        self.freed_lifo = pool.num_freed_lifo
 
     def apply(self) -> None:
-        """Drop the references and link the released blocks; all or nothing."""
+        """Drop the references and link the released blocks (cut short: see :class:`FreeUndo`)."""
         pool = self.pool
         queue = pool.free_block_queue
         for block in self.blocks:
             block.ref_cnt -= 1
-        try:
-            if self.to_front:
-                queue.prepend_n(self.to_front)
-            if self.to_back:
-                try:
-                    queue.append_n(self.to_back)
-                except BaseException:
-                    for block in self.to_front:
-                        queue.remove(block)
-                    raise
-        except BaseException:
-            for block in self.blocks:
-                block.ref_cnt += 1
-            raise
-        pool.num_freed += len(self.to_front) + len(self.to_back)
-        pool.num_freed_lifo += len(self.to_front)
-
-    def undo(self) -> None:
-        """Take back an applied plan (a later pool of the same call failed)."""
-        pool = self.pool
-        queue = pool.free_block_queue
-        for block in (*self.to_front, *self.to_back):
-            queue.remove(block)
-        for block in self.blocks:
-            block.ref_cnt += 1
-        pool.num_freed -= len(self.to_front) + len(self.to_back)
-        pool.num_freed_lifo -= len(self.to_front)
+        if self.to_front:
+            queue.prepend_n(self.to_front)
+        if self.to_back:
+            queue.append_n(self.to_back)
+        pool.num_freed = self.freed + len(self.to_front) + len(self.to_back)
+        pool.num_freed_lifo = self.freed_lifo + len(self.to_front)
 
 
 class BlockPool:
@@ -318,72 +328,101 @@ class BlockPool:
 
         A block that still carries a cached hash loses it here (lazy eviction).
         Raises :class:`EmptyQueueError` (a ``ValueError``), with the pool
-        unchanged, if fewer blocks are free.
+        unchanged, if fewer blocks are free. An exception that arrives from
+        outside (an interrupt) before the blocks are returned is raised with
+        the pool as before the call: every block free again, in its place at
+        the front, with its hash cached as it was (see the module docstring for
+        the depth). A hash that no cache entry holds (P3 broken by outside
+        code), which the eviction refuses, is dropped instead.
 
-        Runtime complexity: O(num_blocks)
+        Runtime complexity: O(num_blocks), and for each block evicted from a key
+        that other blocks are cached under too, O(those blocks): see
+        ``_evict_cached_hash``.
 
         >>> pool = BlockPool(num_blocks=3)
         >>> [(block.block_id, block.ref_cnt) for block in pool.get_new_blocks(2)]
         [(1, 1), (2, 1)]
         """
-        free = len(self.free_block_queue)
+        queue = self.free_block_queue
+        free = len(queue)
         if num_blocks > free:
             raise EmptyQueueError(f"cannot get {num_blocks} blocks from a pool with {free} free")
-        blocks: list[KVCacheBlock] = []
         allocated = self.num_allocated
+        num_evicted = self.num_evicted
+        blocks: list[KVCacheBlock] | None = None
+        # Each eviction, recorded before it is made: the block, its hash, and the cache entry
+        # it leaves (which the eviction replaces, never changes: see _evict_cached_hash).
+        evicted: list[tuple[KVCacheBlock, BlockHash, dict[int, KVCacheBlock] | None]] | None = None
+        undo: GetUndo | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
         try:
-            blocks = self.free_block_queue.popleft_n(num_blocks)
-            for block in blocks:
-                block_hash = block.block_hash
-                if block_hash is not None:
-                    self._evict_cached_hash(block, block_hash)
-                block.ref_cnt = 1  # P2: it was 0 while the block was free
-            # Inside the try, up to the return: a trace function may raise at any line start.
-            self.num_allocated = allocated + num_blocks
-            return blocks
-        except BaseException:
-            # Cut short (an interrupt): the caller never gets the blocks, so they go back
-            # to the front, in order, free (P2). A hash already dropped stays dropped, as
-            # lazy eviction may drop any free block's.
-            if not blocks and len(self.free_block_queue) < free:
-                # Taken, but interrupted as the call returned, before its list was stored:
-                # they are the pool's detached blocks that are free by their count (P2).
-                blocks = [
-                    block
-                    for block in self.blocks
-                    if block.ref_cnt == 0 and not block.is_null and block.prev_free_block is None
-                ]
-            for block in blocks:
-                block.ref_cnt = 0
-                self._finish_eviction(block)
-            self.free_block_queue.prepend_n(blocks)
-            self.num_allocated = allocated
-            raise
-
-    def _finish_eviction(self, block: KVCacheBlock) -> None:
-        """Complete an eviction of ``block`` an interrupt cut short, if one was under way (P3).
-
-        Its hash is dropped if the cache no longer holds it under that hash, and an
-        entry left empty is removed; a block still cached is left as it is.
-        """
-        block_hash = block.block_hash
-        if block_hash is None:
-            return
-        cached = self.cached_block_hash_to_block.get(block_hash)
-        if cached is not None and cached.get(block.block_id) is block:
-            return
-        if cached is not None and not cached:
-            del self.cached_block_hash_to_block[block_hash]
-        block.reset_hash()
+            try:
+                try:
+                    if num_blocks == 1:
+                        # An interrupt as the call returns, before the store, leaves one block
+                        # taken: the undo finds it (the only detached block free by its count).
+                        blocks = queue.popleft_n(num_blocks)
+                    else:
+                        # Unpacked from map: the list reaches ``blocks`` in C, with no
+                        # checkpoint between popleft_n's return and the store, where an
+                        # interrupt would lose the blocks' order.
+                        (blocks,) = map(queue.popleft_n, (num_blocks,))
+                    cache = self.cached_block_hash_to_block
+                    for block in blocks:
+                        block_hash = block.block_hash
+                        if block_hash is not None:
+                            if evicted is None:
+                                evicted = []
+                            evicted.append((block, block_hash, cache.get(block_hash)))
+                            self._evict_cached_hash(block, block_hash)
+                        block.ref_cnt = 1  # P2: it was 0 while the block was free
+                    # Inside the try, up to the return (no checkpoint after the count's store).
+                    self.num_allocated = allocated + num_blocks
+                    return blocks
+                except BaseException as error:
+                    # The caller never gets the blocks: all of it is undone (P2, P3).
+                    undo = GetUndo(self, blocks, evicted, free=free, num_evicted=num_evicted)
+                    last = finish(undo, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if undo is None:
+                    undo = GetUndo(self, blocks, evicted, free=free, num_evicted=num_evicted)
+                last = finish(undo, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if undo is None:
+                undo = GetUndo(self, blocks, evicted, free=free, num_evicted=num_evicted)
+            last = finish(undo, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above
 
     def _evict_cached_hash(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
-        """Drop ``block``'s hash, ``block_hash``, from the cache and from the block (P3)."""
-        cached = self.cached_block_hash_to_block.get(block_hash)
-        if cached is None or cached.pop(block.block_id, None) is None:
+        """Drop ``block``'s hash, ``block_hash``, from the cache and from the block (P3).
+
+        The entry is replaced, never changed in place, so that an undo of
+        ``get_new_blocks`` can put the old one back, its order (which names the
+        oldest of the blocks cached under a key) as it was. That is O(1) for a key
+        one block is cached under, the usual case, and O(d) for a key ``d`` blocks
+        share (requests that computed the same prefix at once): the price of an
+        exact undo, measured by ``bench/pool_revision.py``'s ``cached again``.
+        """
+        cache = self.cached_block_hash_to_block
+        cached = cache.get(block_hash)
+        if cached is None or block.block_id not in cached:
             raise BlockPoolError(f"{block!r} carries a hash it is not cached under (P3 broken)")
-        if not cached:
-            del self.cached_block_hash_to_block[block_hash]
-        block.reset_hash()
+        if len(cached) == 1:
+            del cache[block_hash]
+        else:
+            rest = cached.copy()
+            del rest[block.block_id]
+            cache[block_hash] = rest
+        block.block_hash = None  # reset_hash(), without the call
         self.num_evicted += 1
 
     def cache_full_blocks(
@@ -401,6 +440,8 @@ class BlockPool:
         :class:`BlockPoolError`, caching nothing, if a key is missing, or a
         block to cache already has a hash, appears twice, is the null block
         (P1) or belongs to another pool (P5). With caching off it does nothing.
+        An exception that arrives from outside (an interrupt) is raised with
+        nothing cached (see the module docstring for the depth).
 
         Runtime complexity: O(num_full_blocks - num_cached_blocks)
         """
@@ -424,33 +465,105 @@ class BlockPool:
                 raise BlockPoolError(f"{block!r} appears twice among the blocks to cache")
             seen.add(id(block))
         cache = self.cached_block_hash_to_block
-        for block, block_hash in zip(new_blocks, new_hashes, strict=True):
-            block.set_block_hash(block_hash)  # P3: set and registered together
-            cached = cache.get(block_hash)
-            if cached is None:
-                cache[block_hash] = {block.block_id: block}
-            else:
-                cached[block.block_id] = block
+        undo: Uncache | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes, each
+        # outer one finishes what an interrupt cut short of the one inside.
+        try:
+            try:
+                try:
+                    for block, block_hash in zip(new_blocks, new_hashes, strict=True):
+                        block.set_block_hash(block_hash)  # P3: set and registered together
+                        cached = cache.get(block_hash)
+                        if cached is None:
+                            cache[block_hash] = {block.block_id: block}
+                        else:
+                            cached[block.block_id] = block
+                except BaseException as error:
+                    undo = Uncache(self, new_blocks)
+                    last = finish(undo, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if undo is None:
+                    undo = Uncache(self, new_blocks)
+                last = finish(undo, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if undo is None:
+                undo = Uncache(self, new_blocks)
+            last = finish(undo, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on each of ``blocks`` (a prefix-cache hit), freeing none.
 
         A block with ``ref_cnt`` 0 sits in the free queue as an eviction
-        candidate; it is removed from there, from the middle, in O(1). If the
-        queue rejects a block, the blocks before it stay touched. Like vLLM's,
-        it does not look at a block's pool: a block of another pool reaches
-        that pool's queue, which check mode reports.
+        candidate; it is removed from there, from the middle, in O(1). Like
+        vLLM's, it does not look at a block's pool: a block of another pool
+        reaches that pool's queue, which check mode reports.
+
+        If the queue refuses a block (``ref_cnt`` 0 but in no queue, or, in
+        check mode, linked in another queue), the blocks before it stay
+        touched. An exception that arrives from outside (an interrupt) does not
+        change that outcome: a block taken from the middle of the queue cannot
+        be put back where it was through the queue's API, so touch does not
+        roll back but forward. It finishes as it would have without the
+        interrupt, every block touched (or up to the block the queue refuses),
+        and then raises the exception (see the module docstring for the depth).
 
         Runtime complexity: O(len(blocks))
         """
-        queue_remove = self.free_block_queue.remove
-        for block in blocks:
-            if block.is_null:
-                continue  # P1
-            if block.ref_cnt == 0:
-                queue_remove(block)  # P2: a ref-0 block is in the queue
-            block.ref_cnt += 1
-            self.num_touched += 1
+        if blocks.__class__ is not list:
+            blocks = list(blocks)  # walked again if it is cut short
+        queue = self.free_block_queue
+        queue_remove = queue.remove
+        # The count of touches is the loop's progress: it counts each block touched, with no
+        # checkpoint between the block's own count and it. The queue's count before tells
+        # what the touch removed.
+        touched = self.num_touched
+        free = queue.num_free_blocks
+        rest: TouchRest | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first finishes the
+        # touch, each outer one what an interrupt cut short of the one inside.
+        try:
+            try:
+                try:
+                    for block in blocks:
+                        if block.is_null:
+                            continue  # P1
+                        if block.ref_cnt == 0:
+                            queue_remove(block)  # P2: a ref-0 block is in the queue
+                        block.ref_cnt += 1
+                        self.num_touched += 1
+                except QueueError:
+                    # The queue refused this block: touch stops there (see the docstring).
+                    rest = TouchRest(self, blocks, -1, free)
+                    raise
+                except BaseException as error:
+                    rest = TouchRest(self, blocks, self.num_touched - touched, free)
+                    last = finish(rest, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if rest is None:
+                    rest = TouchRest(self, blocks, self.num_touched - touched, free)
+                last = finish(rest, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if rest is None:
+                rest = TouchRest(self, blocks, self.num_touched - touched, free)
+            last = finish(rest, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above
 
     def free_blocks(
         self, ordered_blocks: Iterable[KVCacheBlock], evict_first: bool = False
@@ -478,7 +591,10 @@ class BlockPool:
         or listed more times than its count) raises :class:`DoubleFreeError`
         (an ``AlreadyInQueueError``); a block that belongs to no pool, or to a
         pool that does not own it, raises :class:`BlockPoolError`; either way
-        no count and no queue has changed.
+        no count and no queue has changed. An exception that arrives from
+        outside (an interrupt) while the free is under way, or a refusal of a
+        checked queue, is raised with every count, queue and counter as before
+        the call (see the module docstring for the depth).
 
         Runtime complexity: O(len(ordered_blocks))
 
@@ -515,16 +631,38 @@ class BlockPool:
                     f"free_blocks({block!r}): the block belongs to no pool, so it cannot be freed"
                 )
         plans = [self._plan_free(ours, evict_first)]
-        plans.extend(owner._plan_free(routed, evict_first) for owner, routed in others.values())
-        applied: list[_FreePlan] = []
+        # A loop, not a generator: an interrupt that arrives as a generator left behind is
+        # closed runs in a finalizer, where the interpreter drops it.
+        for owner, routed in others.values():
+            plans.append(owner._plan_free(routed, evict_first))
+        undo: FreeUndo | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first undoes every
+        # plan, each outer one finishes what an interrupt cut short of the one inside.
         try:
-            for plan in plans:
-                plan.apply()
-                applied.append(plan)
-        except BaseException:
-            for plan in reversed(applied):
-                plan.undo()
-            raise
+            try:
+                try:
+                    for plan in plans:
+                        plan.apply()
+                except BaseException as error:
+                    undo = FreeUndo(plans)
+                    last = finish(undo, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if undo is None:
+                    undo = FreeUndo(plans)
+                last = finish(undo, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if undo is None:
+                undo = FreeUndo(plans)
+            last = finish(undo, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above
 
     def _plan_free(self, blocks: list[KVCacheBlock], evict_first: bool) -> _FreePlan:
         """Check that ``blocks`` (all claiming this pool) can be freed, changing nothing.
@@ -562,13 +700,15 @@ class BlockPool:
                     to_back.append(block)
                 else:
                     to_front.append(block)
-        return _FreePlan(self, blocks, to_front, to_back)
+        return _FreePlan(self, blocks, to_front, to_back, left)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash, if no block is in use; return whether it did.
 
         An engine does this after its weights change (the cached keys and
-        values are stale) or between benchmark runs.
+        values are stale) or between benchmark runs. Cut short by an exception
+        from outside (an interrupt) once it has begun, it finishes forgetting,
+        then raises it (see the module docstring for the depth).
 
         Runtime complexity: O(num_blocks)
 
@@ -582,10 +722,36 @@ class BlockPool:
         """
         if len(self.free_block_queue) != self.num_blocks - 1:  # the null block is never free
             return False
-        self.cached_block_hash_to_block = {}
-        for block in self.blocks:
-            block.reset_hash()
-        return True
+        rest: ForgetHashes | None = None
+        # Three handlers deep, by the rule of verified_queue._undo: the first finishes the
+        # reset, each outer one what an interrupt cut short of the one inside.
+        try:
+            try:
+                try:
+                    self.cached_block_hash_to_block = {}
+                    for block in self.blocks:
+                        block.reset_hash()
+                    return True
+                except BaseException as error:
+                    rest = ForgetHashes(self)
+                    last = finish(rest, error)
+                    if last is error:
+                        raise  # as it is, its traceback not lengthened
+                    raise last  # noqa: B904 -- it arrived later: the earlier ones are its __context__
+            except BaseException as arrived:
+                if rest is None:
+                    rest = ForgetHashes(self)
+                last = finish(rest, arrived)
+                if last is arrived:
+                    raise
+                raise last  # noqa: B904 -- as above
+        except BaseException as arrived:
+            if rest is None:
+                rest = ForgetHashes(self)
+            last = finish(rest, arrived)
+            if last is arrived:
+                raise
+            raise last  # noqa: B904 -- as above
 
     def check_consistency(self) -> None:
         """Check P1..P3, P5 and the queue's count; raise :class:`BlockPoolError` at the first break.
