@@ -29,8 +29,9 @@ writes with no call and no allocation between them: the after state. Nothing can
 observe a half-done join.
 
 ``popleft_n`` has the mirror states: ``taken j`` (``popped[0:j]`` detached one by one,
-the head and the first kept block not written yet) and its undo, ``relink_taken``,
-which links the taken blocks back between the head and the rest.
+the first kept block's back link written as the walk ends, the head's link only past
+every handler) and its undo, ``relink_taken``, which links the taken blocks back
+between the head and the rest.
 
 The rule each handler level keeps
 ---------------------------------
@@ -180,8 +181,9 @@ def relink_taken(head: Block, popped: list[B], following: Block | None) -> BaseE
     """Undo an interrupted ``popleft_n``, whatever arrives meanwhile; return what arrived.
 
     Links the blocks taken so far back between ``head`` and the rest. The
-    head's link and the first kept block's back link are written only after
-    the loop, so they still hold. The last block taken still names its
+    head's link is written only past the handlers, so it still holds; the first
+    kept block's back link, written as the walk ends, is set again here if a
+    failing setter cut that write short. The last block taken still names its
     successor unless the loop already cleared it, and then ``following``, read
     just before, does. Returns the last exception that arrived while it ran,
     or ``None``.

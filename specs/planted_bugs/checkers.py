@@ -29,9 +29,9 @@ from specs.planted_bugs._common import B
 from verified_queue import invariants
 from verified_queue._messages import (
     changed_during_iteration,
-    lost_inner_link,
     not_a_block,
     not_linked,
+    ran_off_the_chain,
     too_few_blocks,
 )
 from verified_queue._undo import relink_taken
@@ -292,6 +292,9 @@ class PopleftNAcceptsBool(FreeBlockQueue[B]):
                         # I4: each popped block leaves detached.
                         block.prev_free_block = block.next_free_block = None
                         block = following  # type: ignore[assignment]  # I1: set on every linked block
+                    # The first kept block's back link first, inside: a count written from outside
+                    # (I2) runs the walk past the tail, and then there is none to set.
+                    block.prev_free_block = head
                 except BaseException as error:
                     # A signal between two blocks, or a None link inside the counted run (I1
                     # broken by outside code): put every block taken so far back where it was.
@@ -300,7 +303,13 @@ class PopleftNAcceptsBool(FreeBlockQueue[B]):
                     if arrived is not None:
                         raise arrived  # noqa: B904 -- it carries the first error as its __context__
                     if isinstance(error, (AttributeError, TypeError)):
-                        raise lost_inner_link("popleft_n", "head") from None
+                        raise ran_off_the_chain(
+                            "popleft_n",
+                            self.fake_free_list_tail,
+                            popped,
+                            count,
+                            self.num_free_blocks,
+                        ) from None
                     raise
             except BaseException as arrived:
                 if undone:
@@ -310,9 +319,8 @@ class PopleftNAcceptsBool(FreeBlockQueue[B]):
             if undone:
                 raise
             raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
-        # Splice the run out: the first kept block (or the tail) follows the head.
+        # The splice's last write: the first kept block (or the tail) follows the head.
         head.next_free_block = block
-        block.prev_free_block = head
         self.num_free_blocks -= count  # I2
         return popped
 
@@ -359,6 +367,9 @@ class PopleftNRefusesIndexables(FreeBlockQueue[B]):
                         # I4: each popped block leaves detached.
                         block.prev_free_block = block.next_free_block = None
                         block = following  # type: ignore[assignment]  # I1: set on every linked block
+                    # The first kept block's back link first, inside: a count written from outside
+                    # (I2) runs the walk past the tail, and then there is none to set.
+                    block.prev_free_block = head
                 except BaseException as error:
                     # A signal between two blocks, or a None link inside the counted run (I1
                     # broken by outside code): put every block taken so far back where it was.
@@ -367,7 +378,13 @@ class PopleftNRefusesIndexables(FreeBlockQueue[B]):
                     if arrived is not None:
                         raise arrived  # noqa: B904 -- it carries the first error as its __context__
                     if isinstance(error, (AttributeError, TypeError)):
-                        raise lost_inner_link("popleft_n", "head") from None
+                        raise ran_off_the_chain(
+                            "popleft_n",
+                            self.fake_free_list_tail,
+                            popped,
+                            count,
+                            self.num_free_blocks,
+                        ) from None
                     raise
             except BaseException as arrived:
                 if undone:
@@ -377,9 +394,8 @@ class PopleftNRefusesIndexables(FreeBlockQueue[B]):
             if undone:
                 raise
             raise relink_taken(head, popped, following) or arrived  # noqa: B904 -- as above
-        # Splice the run out: the first kept block (or the tail) follows the head.
+        # The splice's last write: the first kept block (or the tail) follows the head.
         head.next_free_block = block
-        block.prev_free_block = head
         self.num_free_blocks -= count  # I2
         return popped
 

@@ -3,26 +3,17 @@
 vLLM's own tests write ``free_block_queue.num_free_blocks``; a count written higher than
 the chain is long lets ``popleft_n`` walk to the tail sentinel. The links are sound then,
 so the error must name I2, and the queue must be left as it was. The builders are in
-``verified_queue._messages``; the call in ``queue.py``'s ``popleft_n`` is the change
-marked ``xfail`` below (strict: once it is made, these tests pass and the marks must go).
+``verified_queue._messages``; ``queue.py``'s ``popleft_n`` calls ``ran_off_the_chain``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-import verified_queue
 from verified_queue._messages import count_past_chain, lost_inner_link, ran_off_the_chain
 from verified_queue.block import Block
 from verified_queue.errors import InvariantViolation
 from verified_queue.queue import FreeBlockQueue
-
-#: The change to queue.py this file's xfail tests wait for (queue.py is another owner's).
-NEEDS_QUEUE_CHANGE = pytest.mark.xfail(
-    strict=True,
-    raises=(AssertionError, AttributeError),
-    reason="popleft_n must call _messages.ran_off_the_chain (see this module's docstring)",
-)
 
 
 def _links(queue: FreeBlockQueue[Block], blocks: list[Block]) -> list[tuple[object, object]]:
@@ -55,7 +46,6 @@ def test_a_walk_off_the_chain_blames_the_count_only_if_it_took_the_tail() -> Non
     assert str(lost) == str(lost_inner_link("popleft_n", "head"))
 
 
-@NEEDS_QUEUE_CHANGE
 @pytest.mark.parametrize(("written", "asked"), [(4, 4), (5, 5), (6, 5)])
 def test_popleft_n_past_a_written_count_blames_the_count(written: int, asked: int) -> None:
     """With 3 blocks linked and a higher count written, popleft_n raises I2, changing nothing."""
@@ -71,13 +61,6 @@ def test_popleft_n_past_a_written_count_blames_the_count(written: int, asked: in
     assert queue.num_free_blocks == written
 
 
-# The compiled build already refuses this one cleanly (its None read fails at once).
-@pytest.mark.xfail(
-    condition=not verified_queue.COMPILED,
-    strict=True,
-    raises=(AssertionError, AttributeError),
-    reason="popleft_n must call _messages.ran_off_the_chain (see this module's docstring)",
-)
 def test_popleft_n_over_a_cleared_link_blames_the_link_and_changes_nothing() -> None:
     """A block whose forward link outside code cleared is I1, and the queue stays as it was."""
     blocks = [Block() for _ in range(3)]

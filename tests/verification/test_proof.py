@@ -101,7 +101,7 @@ def test_batch_that_is_not_atomic_is_not_proved(bug: str, operation: str) -> Non
 
 #: One-line edits of queue.py or _undo.py, each a bug: the operation whose proof breaks, its goal.
 EDITS = [
-    ("popleft_n", "        block.prev_free_block = head\n", "", "back links"),
+    ("popleft_n", "                    block.prev_free_block = head\n", "", "back links"),
     (
         "remove",
         "        after.prev_free_block = before\n",
