@@ -62,17 +62,18 @@ def _show(revision: str, path: str) -> str | None:
 def load_modules(revision: str, names: tuple[str, ...]) -> dict[str, types.ModuleType]:
     """Execute the package's modules ``names`` of ``revision`` as fresh modules; return them.
 
-    Each is loaded as ``verified_queue.<name>_at_revision`` and, while the ones after
-    it run, stands in for ``verified_queue.<name>`` (in ``sys.modules`` and as the
-    package's attribute), so that the revision's modules import one another; whatever
-    else they import is the installed package's, and every installed module is back
-    in place afterwards. A name the revision has no file for is left out.
+    A name is dotted below the package (``"kvcache.pool"``). Each is loaded as
+    ``verified_queue.<name>_at_revision`` and, while the ones after it run, stands in
+    for ``verified_queue.<name>`` (in ``sys.modules`` and as its package's attribute),
+    so that the revision's modules import one another; whatever else they import is the
+    installed package's, and every installed module is back in place afterwards. A
+    name the revision has no file for is left out.
     """
     loaded: dict[str, types.ModuleType] = {}
     saved = {name: sys.modules.get(f"verified_queue.{name}") for name in names}
     try:
         for name in names:
-            path = f"verified_queue/{name}.py"
+            path = f"verified_queue/{name.replace('.', '/')}.py"
             source = _show(revision, path)
             if source is None:
                 continue
@@ -84,19 +85,26 @@ def load_modules(revision: str, names: tuple[str, ...]) -> dict[str, types.Modul
             module.__file__ = f"{revision}:{path}"
             sys.modules[module_name] = module
             sys.modules[f"verified_queue.{name}"] = module
-            setattr(verified_queue, name, module)
+            setattr(*_parent(name), module)
             exec(compile(source, module.__file__, "exec"), module.__dict__)
             loaded[name] = module
     finally:
         for name, installed in saved.items():
+            parent, attribute = _parent(name)
             if installed is None:
                 sys.modules.pop(f"verified_queue.{name}", None)
-                if hasattr(verified_queue, name):
-                    delattr(verified_queue, name)
+                if hasattr(parent, attribute):
+                    delattr(parent, attribute)
             else:
                 sys.modules[f"verified_queue.{name}"] = installed
-                setattr(verified_queue, name, installed)
+                setattr(parent, attribute, installed)
     return loaded
+
+
+def _parent(name: str) -> tuple[types.ModuleType, str]:
+    """The installed package holding module ``name`` (dotted), and the module's name in it."""
+    package, _, attribute = f"verified_queue.{name}".rpartition(".")
+    return sys.modules[package], attribute
 
 
 def load_revision(revision: str) -> types.ModuleType:

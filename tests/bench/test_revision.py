@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 import verified_queue
+from bench.pool_revision import POOL_MODULES, SIZES, WORKLOADS, load_pool
+from bench.pool_revision import measure as measure_pool
 from bench.revision import load_revision, measure
 from bench.run import QUICK
 from verified_queue import Block
 from verified_queue import queue as queue_module
+from verified_queue.kvcache import pool as pool_module
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 #: The last commit whose queue.py still held its undo (before verified_queue/_undo.py).
@@ -102,3 +105,43 @@ def test_a_revisions_check_mode_runs_beside_this_build_and_leaves_it_alone() -> 
         assert sys.modules.get(name) is module, f"{name} was not restored"
     with pytest.raises(SystemExit, match="has no"):
         load_check_mode(EMPTY_TREE)
+
+
+#: The last commit whose pool had no repairs module (before verified_queue/kvcache/_repair.py).
+BEFORE_THE_POOL_REPAIRS = "86779b8"
+
+
+@needs_history
+@pytest.mark.parametrize("revision", ["HEAD", BEFORE_THE_POOL_REPAIRS])
+def test_a_revisions_pool_runs_beside_this_build_and_leaves_it_alone(revision: str) -> None:
+    """A revision's pool, dotted below the package, allocates and frees; the installed one stays."""
+    names = [f"verified_queue.{name}" for name in POOL_MODULES]
+    installed = {name: sys.modules.get(name) for name in names}
+    old_class = load_pool(revision)
+    assert old_class is not pool_module.BlockPool
+    assert (
+        sys.modules[old_class.__module__].__file__ == f"{revision}:verified_queue/kvcache/pool.py"
+    )
+    pool = old_class(4)
+    blocks = pool.get_new_blocks(2)
+    pool.free_blocks(reversed(blocks))
+    pool.check_consistency()
+    assert pool.get_num_free_blocks() == 3
+    for name, module in installed.items():
+        assert sys.modules.get(name) is module, f"{name} was not restored"
+    assert verified_queue.kvcache.pool is pool_module
+    with pytest.raises(SystemExit, match=r"has no verified_queue/kvcache/pool\.py"):
+        load_pool(EMPTY_TREE)
+
+
+@needs_history
+def test_the_pool_comparison_times_both_pools_on_every_workload() -> None:
+    """Each pool workload has a row for the revision and one for this build, every k timed."""
+    settings = QUICK.__class__(repetitions=1, ops_per_sample=4)
+    results, subjects = measure_pool("HEAD", settings)
+    assert [result.name for result in results] == list(WORKLOADS)
+    names = [subject.name for subject in subjects]
+    assert names == ["pool at HEAD", "this build"]
+    for result in results:
+        assert set(result.medians) == set(names)
+        assert all(result.medians[name][k] > 0 for name in names for k in SIZES)
