@@ -14,10 +14,19 @@ package; it refuses a CUDA build of torch. It
    package, not the checkout, is what runs) once per mode: ``shipped``
    (``VERIFIED_QUEUE_VLLM`` unset), ``production``, ``checked`` and ``trace``
    (vLLM loads the plugin through ``vllm.plugins.load_general_plugins()``);
-4. prints the outcome counts per file and mode and the excluded tests with
+4. runs this repository's own test of the trace level on the real vLLM,
+   ``tests/vllm/test_engine_trace.py`` (copied into CACHE with the
+   connector-like module it loads, beside a pytest configuration of its own),
+   once, with ``VERIFIED_QUEUE_VLLM=trace``: a planted double free from a
+   connector outside vLLM must be named at the connector's lines, with the
+   request id, and the test must pass, not skip;
+5. prints the outcome counts per file and mode and the excluded tests with
    their reasons, and exits non-zero unless every test has the same outcome
    in all four runs, the same tests are excluded for the same reasons, no test
-   fails as shipped, and each mode's ``BlockPool`` built the queue it should.
+   fails as shipped, each mode's ``BlockPool`` built the queue it should, and
+   the trace test passed.
+
+``--culprit-only`` runs step 4 alone (seconds, where the four runs take minutes).
 
 Nothing of vLLM's is copied into the repository: the sdist and its tests stay
 in CACHE, inside the git-ignored ``.tox/``.
@@ -41,7 +50,7 @@ from typing import Any
 
 from conformance import fetch
 
-__all__ = ["MODES", "OPT_125M_CONFIG", "TEST_FILES", "compare", "main"]
+__all__ = ["MODES", "OPT_125M_CONFIG", "TEST_FILES", "TRACE_TEST_FILES", "compare", "main"]
 
 #: vLLM's test files run in each mode (paths inside its sdist).
 TEST_FILES = (
@@ -95,6 +104,10 @@ OPT_125M_CONFIG: dict[str, Any] = {
 _REVISION = "0" * 40
 #: The pytest plugin's module name once copied into the cache.
 _PLUGIN = "verified_queue_engine_pytest"
+#: This repository's test of the trace level on the real vLLM (first), and the connector-like
+#: module it loads, in tests/vllm/ of the checkout.
+TRACE_TEST_FILES = ("test_engine_trace.py", "engine_connector.py")
+_TESTS = Path(__file__).resolve().parents[1] / "tests" / "vllm"
 
 
 def _extract_tests(cache: Path, version: str) -> Path:
@@ -135,6 +148,46 @@ def _plugin_path(cache: Path) -> Path:
     source = Path(__file__).with_name("engine_pytest.py").read_text(encoding="utf-8")
     (directory / f"{_PLUGIN}.py").write_text(source, encoding="utf-8")
     return directory
+
+
+def _trace_test_path(cache: Path, tests: Path = _TESTS) -> Path:
+    """Copy the trace test and its connector into ``cache``; return the folder to run it in.
+
+    The folder gets a pytest configuration of its own, so neither the checkout's
+    (whose ``conftest.py`` needs Hypothesis, and whose settings make vLLM's own
+    warnings errors) nor the checkout's package is what runs: the installed one is.
+    """
+    directory = cache / "trace-test"
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in TRACE_TEST_FILES:
+        text = (tests / name).read_text(encoding="utf-8")
+        (directory / name).write_text(text, encoding="utf-8")
+    (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    return directory
+
+
+def _run_trace_test(directory: Path, home: Path) -> str | None:
+    """Run the trace test with ``VERIFIED_QUEUE_VLLM=trace``; return what failed, or ``None``."""
+    environment = dict(os.environ)
+    environment.pop("PYTHONPATH", None)
+    environment.update(
+        VERIFIED_QUEUE_VLLM="trace", HF_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"
+    )
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--no-header"]
+    command += ["-rs", TRACE_TEST_FILES[0]]
+    print("[trace culprit] VERIFIED_QUEUE_VLLM=trace", " ".join(command[1:]))
+    start = time.monotonic()
+    finished = subprocess.run(
+        command, cwd=directory, env=environment, check=False, capture_output=True, text=True
+    )
+    last = (finished.stdout.strip().splitlines() or ["(no output)"])[-1]
+    seconds = time.monotonic() - start
+    print(f"[trace culprit] pytest exit {finished.returncode} in {seconds:.0f} s: {last}")
+    # A skip is no pass: the test skips where vLLM or the trace mode is missing.
+    if finished.returncode == 0 and " passed" in last and "skipped" not in last:
+        return None
+    print(finished.stdout[-3000:], finished.stderr[-3000:], sep="\n")
+    return f"trace culprit: {TRACE_TEST_FILES[0]}: {last}"
 
 
 def _run(
@@ -229,6 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.engine", description=__doc__)
     parser.add_argument("cache", type=Path, help="where the sdist and its tests are kept")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    parser.add_argument(
+        "--culprit-only", action="store_true", help="run only the trace test on the real vLLM"
+    )
     arguments = parser.parse_args(argv)
     modes = arguments.modes.split(",")
     if "shipped" not in modes or any(mode not in MODES for mode in modes):
@@ -239,8 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"torch {torch} is not a CPU build: install torch==2.13.0 (CPU) first")
         return 2
     cache: Path = arguments.cache.resolve()
-    root = _extract_tests(cache, version)
     home = _hub_cache(cache)
+    culprit = _run_trace_test(_trace_test_path(cache), home) if "trace" in modes else None
+    if arguments.culprit_only:
+        print(f"MISMATCH {culprit}" if culprit else "trace culprit test passed")
+        return 1 if culprit else 0
+    root = _extract_tests(cache, version)
     plugin = _plugin_path(cache)
     reports: dict[str, dict[str, Any]] = {}
     seconds: dict[str, float] = {}
@@ -256,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for reason, count in sorted(by_reason.items()):
         print(f"  {count:3} {reason}")
     problems = compare(reports)
+    if culprit is not None:
+        problems.append(culprit)
     for problem in problems:
         print("MISMATCH", problem)
     runs = len(modes)

@@ -12,6 +12,13 @@ caller a record should name (the queue and its undo, check mode, the trace level
 block pool and its keys, the vLLM adapters) sets ``__trace_library__ = True``
 (:data:`LIBRARY_FLAG`) at its top level. Any other module is a caller, the package's
 own command line (``verified_queue.cli``) included.
+
+A host's core, code the package does not own but calls the queue through, is passed
+over too once :func:`treat_as_library` names its files: the vLLM plugin's trace mode
+names vLLM's KV-cache core (``verified_queue.vllm.traced``), so that a record names the
+scheduler, connector or test that called it. A walk that passes such a frame also
+reads the id of the request the call serves (:func:`request_of`), in those frames and
+in the caller it stops at. A walk that meets none reads no locals and records no request.
 """
 
 from __future__ import annotations
@@ -49,8 +56,10 @@ __all__ = [
     "is_library",
     "operation_of",
     "or_none",
+    "request_of",
     "short_path",
     "thread_name",
+    "treat_as_library",
 ]
 
 #: This module's frames are the library's (the flag it defines).
@@ -63,10 +72,20 @@ LIBRARY_FLAG: Final = "__trace_library__"
 # each file, so that the walk of every traced operation reads one dict per frame.
 _in_library: dict[str, bool] = {}
 
-#: A caller: the file, line and function of the first frame outside the library.
-Caller = tuple[str, int, str]
-#: An operation as recorded: number, name, file, line, function, thread name.
-Recorded = tuple[int, str, str, int, str, str]
+# The files of a host's core (treat_as_library), never entered in _in_library: a miss there
+# is the one place the walk looks here, so a walk that meets no such file costs what it
+# did before any was named.
+_host_files: dict[str, None] = {}
+
+#: The locals a frame may name its request by, in the order they are read: the request's
+#: id, then a request object holding it as ``request_id`` (vLLM's ``Request``).
+REQUEST_NAMES: Final = ("request_id", "request")
+
+#: A caller: the file, line and function of the first frame outside the library, and the
+#: id of the request the call serves when the walk passed a host's core and found one.
+Caller = tuple[str, int, str, "str | None"]
+#: An operation as recorded: number, name, file, line, function, thread name, request id.
+Recorded = tuple[int, str, str, int, str, str, "str | None"]
 #: What proves a record is its block's own: None (a member), a weak reference, the block.
 Holder = Union["weakref.ref[object]", object, None]
 #: One block's record: its holder, the operation that last linked it, and the one that
@@ -105,7 +124,10 @@ class Operation(NamedTuple):
 
     ``number`` counts the queue's linking operations from 1; the call that
     raised has ``None`` (it did not happen). ``filename``, ``lineno`` and
-    ``function`` name the first frame outside the library.
+    ``function`` name the first frame outside the library. ``request`` is the
+    id of the request the call served, read from the frames of a host's core
+    the walk passed (vLLM's, under the plugin's trace mode) and of the caller;
+    ``None`` when there is no such frame or none names a request.
     """
 
     number: int | None
@@ -114,13 +136,20 @@ class Operation(NamedTuple):
     lineno: int
     function: str
     thread: str
+    request: str | None = None
 
     def __str__(self) -> str:
-        """``#12 append() at app.py:40 in free_request (thread MainThread)``."""
+        """``#12 append() at app.py:40 in free_request (thread MainThread)``.
+
+        With a request: ``... in _free_blocks for request 'req-7' (thread MainThread)``.
+        """
         number = "" if self.number is None else f"#{self.number} "
+        # repr: a request id comes from outside (an API client may choose it), and a
+        # report line must stay one line.
+        request = "" if self.request is None else f" for request {self.request!r}"
         return (
             f"{number}{self.name}() at {short_path(self.filename)}:{self.lineno} "
-            f"in {self.function} (thread {self.thread})"
+            f"in {self.function}{request} (thread {self.thread})"
         )
 
 
@@ -163,11 +192,14 @@ def is_library(frame: FrameType) -> bool:
 
     A module of the library sets :data:`LIBRARY_FLAG`; its globals are the frame's,
     and its ``__file__`` is the code's own file. Both are needed: a doctest of a
-    library module runs in a copy of the module's globals, and is a caller.
+    library module runs in a copy of the module's globals, and is a caller. A
+    host's core (:func:`treat_as_library`) is not the library: ``False``, never cached.
     """
     filename = frame.f_code.co_filename
     inside = _in_library.get(filename)
     if inside is None:
+        if filename in _host_files:
+            return False  # cached, it would hide the file from find_caller's miss
         module = frame.f_globals
         inside = _in_library[filename] = (
             module.get(LIBRARY_FLAG) is True and module.get("__file__") == filename
@@ -175,8 +207,26 @@ def is_library(frame: FrameType) -> bool:
     return inside
 
 
+def treat_as_library(filename: str) -> None:
+    """Have the caller walk pass over frames of ``filename``, a host's core, and read their request.
+
+    For code the package does not own that calls the queue for others (vLLM's
+    KV-cache core, under the vLLM plugin's trace mode): a record names the first
+    frame outside both the library and every file so named, with the request id
+    read from the frames passed and from that caller (:func:`request_of`).
+    ``filename`` is a code object's ``co_filename``. Lasts for the process.
+
+    Runtime complexity: O(1)
+    """
+    _host_files[filename] = None
+    _in_library.pop(filename, None)  # a walk before this call may have cached it a caller
+
+
 def find_caller() -> Caller:
-    """The file, line and function of the first frame outside the library."""
+    """The file, line and function of the first frame outside the library, and its request.
+
+    The request is ``None`` unless the walk passes a host's core (:func:`treat_as_library`).
+    """
     frame: FrameType | None = sys._getframe(2)  # past this function and the traced method
     in_library = _in_library
     while frame is not None:
@@ -184,11 +234,78 @@ def find_caller() -> Caller:
         filename = code.co_filename
         inside = in_library.get(filename)
         if inside is None:
+            if filename in _host_files:
+                return _host_caller(frame)
             inside = is_library(frame)
         if not inside:
-            return filename, frame.f_lineno, code.co_name
+            return filename, frame.f_lineno, code.co_name, None
         frame = frame.f_back
-    return "<unknown>", 0, "<unknown>"
+    return "<unknown>", 0, "<unknown>", None
+
+
+def _host_caller(frame: FrameType | None) -> Caller:
+    """The walk of :func:`find_caller` on from a frame of a host's core, reading the request.
+
+    The request is the first one named walking outwards: by a frame of a host's
+    core, or else by the caller the walk stops at. Frames of the library between
+    them are passed over unread, as find_caller passes them.
+    """
+    request: str | None = None
+    in_library = _in_library
+    hosts = _host_files
+    while frame is not None:
+        code = frame.f_code
+        filename = code.co_filename
+        if filename in hosts:
+            if request is None:
+                request = request_of(frame)
+        else:
+            inside = in_library.get(filename)
+            if inside is None:
+                inside = is_library(frame)
+            if not inside:
+                if request is None:
+                    request = request_of(frame)
+                return filename, frame.f_lineno, code.co_name, request
+        frame = frame.f_back
+    return "<unknown>", 0, "<unknown>", request
+
+
+def request_of(frame: FrameType) -> str | None:
+    """The id of the request ``frame`` serves, from its locals (:data:`REQUEST_NAMES`), or ``None``.
+
+    A local ``request_id`` that is a ``str``, else a local ``request`` whose
+    instance dict holds a ``str`` ``request_id`` (vLLM's ``Request`` keeps it so).
+    The dict is read past the class's ``__getattribute__`` and ``__getattr__``
+    and past any ``request_id`` property, so no code of the class runs for it
+    (unless the class redefines ``__dict__`` itself); whatever fails is ``None``:
+    the function never raises. The locals are read only from a frame whose code
+    names one of the two, since reading them costs a snapshot of every local
+    before Python 3.13.
+
+    Runtime complexity: O(locals of the frame)
+    """
+    try:
+        code = frame.f_code
+        names = code.co_varnames + code.co_cellvars + code.co_freevars
+        if REQUEST_NAMES[0] not in names and REQUEST_NAMES[1] not in names:
+            return None
+        local = frame.f_locals
+        found = local.get(REQUEST_NAMES[0])
+        if type(found) is str:
+            return found
+        request = local.get(REQUEST_NAMES[1])
+        if request is None:
+            return None
+        # object.__getattribute__ skips a __getattribute__ or __getattr__ of the class;
+        # the instance dict is read as a dict, whatever its get may be.
+        namespace = object.__getattribute__(request, "__dict__")
+        if not isinstance(namespace, dict):
+            return None
+        found = dict.get(namespace, REQUEST_NAMES[0])
+    except Exception:  # a frame or an object damaged beyond reading: no request named
+        return None
+    return found if type(found) is str else None
 
 
 def operation_of(recorded: Recorded | None) -> Operation | None:

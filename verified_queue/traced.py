@@ -19,7 +19,9 @@ the field ``error.history`` (a :class:`History`):
 The caller recorded is the first frame outside the library: the modules that
 set ``__trace_library__ = True`` (the queue and its undo, check mode, the trace
 level, the block pool and its keys, the vLLM adapters; ``verified_queue.cli``,
-the package's own application, counts as a caller).
+the package's own application, counts as a caller), and, under the vLLM plugin's
+trace mode, vLLM's KV-cache core, whose frames and caller also give the id of
+the request the call served (``verified_queue._trace_records.treat_as_library``).
 
 Memory is bounded: one record per block, overwritten by each link and unlink,
 plus the ring. A record is keyed by ``id(block)`` and proves it is its
@@ -217,14 +219,14 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         code = frame.f_code
         last = self._recent[-1][0] if self._recent else 0
         # The count's writer is the culprit itself, library or not: the frame is not skipped.
-        written = (last, what, code.co_filename, frame.f_lineno, code.co_name, thread_name())
+        written = (last, what, code.co_filename, frame.f_lineno, code.co_name, thread_name(), None)
         self._count_written[:] = [written]
 
     # ------------------------------------------------------------------ records
 
     def _record(self, name: str, caller: Caller) -> Recorded:
         """Number the operation that just succeeded and put it in the ring."""
-        filename, lineno, function = caller
+        filename, lineno, function, request = caller
         recorded = (
             next(self._numbers),
             name,
@@ -232,6 +234,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             lineno,
             function,
             threading.current_thread().name,
+            request,
         )
         self._recent.append(recorded)
         return recorded
@@ -522,7 +525,8 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
     ) -> None:
         """The body of :meth:`_explain`, which may meet damage it cannot read."""
         self._records.members = self._members
-        call = Operation(None, name, *caller, thread_name())
+        filename, lineno, function, request = caller
+        call = Operation(None, name, filename, lineno, function, thread_name(), request)
         last = self.operations
         lines = [f"this call: {call}" + (f", after #{last}" if last else "")]
         histories: list[BlockHistory] = []

@@ -33,7 +33,14 @@ from verified_queue import (
     WrongTypeError,
 )
 from verified_queue import traced as traced_module
-from verified_queue._trace_records import LIBRARY_FLAG, Caller, Recorded
+from verified_queue._trace_records import (
+    LIBRARY_FLAG,
+    Caller,
+    Recorded,
+    is_library,
+    short_path,
+    treat_as_library,
+)
 from verified_queue.kvcache.errors import DoubleFreeError
 from verified_queue.kvcache.pool import BlockPool
 from verified_queue.queue import EMPTY_QUEUE_MESSAGE
@@ -327,8 +334,8 @@ class RecordsTheWrongLine(TracedFreeBlockQueue[Block]):
     __slots__ = ()
 
     def _record(self, name: str, caller: Caller) -> Recorded:
-        filename, line, function = caller
-        return super()._record(name, (filename, line + 1, function))
+        filename, line, function, request = caller
+        return super()._record(name, (filename, line + 1, function, request))
 
 
 class ForgetsFrees(TracedFreeBlockQueue[Block]):
@@ -369,7 +376,7 @@ class RecordsTheWrongThread(TracedFreeBlockQueue[Block]):
 
     def _record(self, name: str, caller: Caller) -> Recorded:
         recorded = super()._record(name, caller)
-        fixed = (*recorded[:5], "MainThread")
+        fixed = (*recorded[:5], "MainThread", recorded[6])
         self._recent[-1] = fixed
         return fixed
 
@@ -441,7 +448,7 @@ def test_a_caller_walk_that_stops_in_the_library_fails_the_pool_claim(
 
     def first_frame() -> Caller:
         frame = sys._getframe(2)
-        return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+        return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None
 
     monkeypatch.setattr(traced_module, "find_caller", first_frame)
     with pytest.raises(AssertionError):
@@ -720,6 +727,181 @@ def test_code_run_in_a_copy_of_a_library_modules_globals_is_a_caller() -> None:
         "<doctest copy[0]>",
         "<module>",
     )
+
+
+# ------------------------------------------------------------------- a host's core
+
+
+#: A host's core, as vLLM's KV-cache core is to the vLLM plugin: code outside the package
+#: that calls the queue for others. Each test compiles it under a file name of its own.
+HOST_SOURCE = """
+def free(queue, block, request_id):
+    queue.append(block)
+
+
+def free_for(queue, block, request):
+    queue.append(block)
+
+
+def free_plain(queue, block):
+    queue.append(block)
+
+
+def frame_here(callback):
+    return callback(sys._getframe())
+"""
+
+
+def host_core(tag: str) -> tuple[str, dict[str, Any]]:
+    """Compile :data:`HOST_SOURCE` under a new file name; return the name and its functions."""
+    filename = f"<host core {tag} {len(_hosts_made)}>"
+    _hosts_made.append(filename)
+    namespace: dict[str, Any] = {"__name__": f"host_core_{tag}", "sys": sys}
+    exec(compile(HOST_SOURCE, filename, "exec"), namespace)
+    return filename, namespace
+
+
+_hosts_made: list[str] = []
+
+
+def test_a_host_file_is_passed_over_once_named_even_if_walked_before() -> None:
+    """treat_as_library: the next record names the host's caller and the request it serves."""
+    filename, host = host_core("named")
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    block = Block()
+    host["free"](queue, block, "r-1")  # before: the host's frame is the caller, cached so
+    before = queue.recent_operations()[-1]
+    assert (before.filename, before.function, before.request) == (filename, "free", None)
+    queue.popleft()
+    treat_as_library(filename)
+    freed_at = here() + 1
+    host["free"](queue, block, "r-1")
+    assert_names(
+        queue.recent_operations()[-1],
+        "append",
+        freed_at,
+        "test_a_host_file_is_passed_over_once_named_even_if_walked_before",
+    )
+    assert queue.recent_operations()[-1].request == "r-1"
+    with pytest.raises(AlreadyInQueueError) as caught:
+        host["free"](queue, block, "r-1")
+    lines = history_of(caught.value).lines
+    assert lines[0].startswith("this call: append() at ")
+    function = "test_a_host_file_is_passed_over_once_named_even_if_walked_before"
+    assert f" in {function} for request 'r-1' (thread " in lines[0]
+    assert f"{freed_at} in {function}" in lines[1]
+    assert "for request 'r-1' (thread " in lines[1]
+    assert filename not in "\n".join(lines)
+
+
+class RequestWithId:
+    """vLLM's Request keeps its id in its instance dict."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+
+
+class RequestWithProperty:
+    """A request whose id is a property that raises: the walk must not call it."""
+
+    calls = 0
+
+    @property
+    def request_id(self) -> str:
+        """Count the call, then fail."""
+        RequestWithProperty.calls += 1
+        raise RuntimeError("a property the trace must not run")
+
+
+class HostileRequest:
+    """A request whose class refuses every attribute lookup; its instance dict holds the id."""
+
+    def __init__(self) -> None:
+        object.__getattribute__(self, "__dict__")["request_id"] = "r-hostile"
+
+    def __getattribute__(self, name: str) -> Any:
+        """Fail."""
+        raise RuntimeError(f"__getattribute__({name!r})")
+
+    def __getattr__(self, name: str) -> Any:
+        """Fail."""
+        raise RuntimeError(f"__getattr__({name!r})")
+
+
+class SlottedRequest:
+    """A request with no instance dict: its id is not read (vLLM's Request has a dict)."""
+
+    __slots__ = ("request_id",)
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda: RequestWithId("r-2"), "r-2"),
+        (RequestWithProperty, None),
+        (HostileRequest, "r-hostile"),
+        (lambda: SlottedRequest("r-3"), None),
+        (lambda: "r-4", None),
+        (lambda: None, None),
+    ],
+    ids=["instance dict", "raising property", "hostile class", "slotted", "a str", "None"],
+)
+def test_a_request_object_is_read_from_its_dict_running_none_of_its_code(
+    make: Callable[[], object], expected: str | None
+) -> None:
+    """The request id comes from a ``request`` local's instance dict, or is None; nothing raises."""
+    filename, host = host_core("request")
+    treat_as_library(filename)
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    host["free_for"](queue, Block(), make())
+    assert queue.recent_operations()[-1].request == expected
+    assert RequestWithProperty.calls == 0
+
+
+def test_the_request_is_read_from_the_caller_when_the_host_names_none() -> None:
+    """A host frame naming no request: the caller's own ``request_id`` local is read."""
+    filename, host = host_core("caller")
+    treat_as_library(filename)
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    request_id = "r-5"
+    host["free_plain"](queue, Block())
+    host["free"](queue, Block(), 7)  # not a str: the caller's local is read instead
+    first, second = queue.recent_operations()[-2:]
+    assert (first.function, first.request) == (
+        "test_the_request_is_read_from_the_caller_when_the_host_names_none",
+        request_id,
+    )
+    assert second.request == request_id
+
+
+def test_no_request_is_read_by_a_walk_that_passes_no_host() -> None:
+    """Outside a host's core a record has no request, and its line is what it always was."""
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    request_id = "r-6"  # a local the walk would read, had it passed a host's core
+    block = Block()
+    freed_at = here() + 1
+    queue.append(block)
+    operation = queue.recent_operations()[-1]
+    assert operation.request is None
+    assert str(operation) == (
+        f"#2 append() at {short_path(THIS_FILE)}:{freed_at} in "
+        "test_no_request_is_read_by_a_walk_that_passes_no_host (thread MainThread)"
+    )
+    assert request_id not in str(operation)
+
+
+def test_a_host_frame_is_not_the_library_and_is_never_cached_as_a_caller() -> None:
+    """is_library says False for a host's frame, and asking it does not hide the host after."""
+    filename, host = host_core("asked")
+    treat_as_library(filename)
+    assert host["frame_here"](is_library) is False
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    host["free"](queue, Block(), "r-7")
+    operation = queue.recent_operations()[-1]
+    assert (operation.filename, operation.request) == (THIS_FILE, "r-7")
 
 
 SWITCH_PROBE = """

@@ -80,3 +80,34 @@ def test_only_the_tests_and_pyproject_leave_the_sdist(tmp_path: Path) -> None:
     assert found == [".extracted", "pyproject.toml", "tests/test_a.py"]
     sdist.unlink()  # a second call reuses the extraction, and needs no sdist
     assert engine._extract_tests(tmp_path, "9.9.9") == root
+
+
+def test_the_trace_test_is_copied_beside_a_configuration_of_its_own(tmp_path: Path) -> None:
+    """The trace test and its connector are copied out of the checkout, beside a pytest.ini."""
+    folder = engine._trace_test_path(tmp_path)
+    assert sorted(path.name for path in folder.iterdir()) == sorted(
+        [*engine.TRACE_TEST_FILES, "pytest.ini"]
+    )
+    source = Path(engine.__file__).resolve().parents[1] / "tests" / "vllm"
+    for name in engine.TRACE_TEST_FILES:
+        assert (folder / name).read_text("utf-8") == (source / name).read_text("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("body", "passes"),
+    [
+        ("def test_it():\n    pass\n", True),
+        ("import pytest\n\ndef test_it():\n    pytest.skip('no vLLM')\n", False),
+        ("def test_it():\n    assert False\n", False),
+    ],
+    ids=["passed", "skipped", "failed"],
+)
+def test_only_a_passing_trace_test_passes_the_run(tmp_path: Path, body: str, passes: bool) -> None:
+    """The engine run fails on a trace test that fails or skips (no vLLM, no trace mode)."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for name in engine.TRACE_TEST_FILES:
+        (tests / name).write_text(body if name.startswith("test_") else "", encoding="utf-8")
+    folder = engine._trace_test_path(tmp_path / "cache", tests)
+    problem = engine._run_trace_test(folder, tmp_path / "hf-home")
+    assert (problem is None) == passes, problem

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import logging
 import os
 import subprocess
@@ -91,6 +92,59 @@ class BlockPool:
 
     def get_num_free_blocks(self):
         return self.free_block_queue.num_free_blocks
+
+    def get_new_blocks(self, num_blocks):
+        taken = self.free_block_queue.popleft_n(num_blocks)
+        for block in taken:
+            block.ref_cnt = 1
+        return taken
+
+    def free_blocks(self, ordered_blocks):
+        freed = []
+        for block in ordered_blocks:
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                freed.append(block)
+        self.free_block_queue.prepend_n(freed)
+"""
+
+# The stand-in's KV-cache manager and coordinator: a request's blocks reach the pool through
+# them, as in vLLM (the manager takes the request, the coordinator its id).
+KV_CACHE_COORDINATOR = """
+class KVCacheCoordinator:
+    def __init__(self, block_pool):
+        self.block_pool = block_pool
+        self.req_to_blocks = {}
+
+    def allocate(self, request_id, num_blocks):
+        self.req_to_blocks[request_id] = self.block_pool.get_new_blocks(num_blocks)
+        return self.req_to_blocks[request_id]
+
+    def free(self, request_id):
+        self.block_pool.free_blocks(reversed(self.req_to_blocks.pop(request_id)))
+"""
+
+KV_CACHE_MANAGER = """
+from vllm.v1.core.block_pool import BlockPool
+from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks):
+        self.block_pool = BlockPool(num_blocks)
+        self.coordinator = KVCacheCoordinator(self.block_pool)
+
+    def allocate_slots(self, request, num_blocks):
+        return self.coordinator.allocate(request.request_id, num_blocks)
+
+    def free(self, request):
+        self.coordinator.free(request.request_id)
+"""
+
+REQUEST = """
+class Request:
+    def __init__(self, request_id):
+        self.request_id = request_id
 """
 
 FILES = {
@@ -100,6 +154,9 @@ FILES = {
     "vllm/v1/core/__init__.py": "",
     "vllm/v1/core/kv_cache_utils.py": KV_CACHE_UTILS,
     "vllm/v1/core/block_pool.py": BLOCK_POOL,
+    "vllm/v1/core/kv_cache_coordinator.py": KV_CACHE_COORDINATOR,
+    "vllm/v1/core/kv_cache_manager.py": KV_CACHE_MANAGER,
+    "vllm/v1/request.py": REQUEST,
     "vllm/v1/other.py": "from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue\n",
     "vllm/v1/later.py": "from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue\n",
 }
@@ -552,6 +609,129 @@ def test_the_plain_checked_queue_calls_the_same_write_damage() -> None:
 
 
 # ---------------------------------------------------------------------------
+# The trace mode names who called vLLM's KV-cache core, and the request.
+
+
+def line_in(function: Any, text: str) -> int:
+    """The line of ``function``'s source that holds ``text``, exactly one."""
+    lines, first = inspect.getsourcelines(function)
+    found = [first + offset for offset, line in enumerate(lines) if text in line]
+    assert len(found) == 1, (function, text, found)
+    return found[0]
+
+
+def finish_all(manager: Any, finished: list[Any]) -> None:
+    """A scheduler-like caller with no request of its own in its locals: vLLM's frames name it."""
+    for each in finished:
+        manager.free(each)
+
+
+def connector_frees_by_id(
+    pool: Any,
+    blocks: list[Any],
+    request_id: str,  # noqa: ARG001 -- the trace reads it from this frame
+) -> None:
+    """A connector-like caller: pins ``blocks`` by hand (the planted bug), frees them again."""
+    for block in blocks:
+        block.ref_cnt += 1
+    pool.free_blocks(blocks)
+
+
+def connector_frees_request(
+    pool: Any,
+    blocks: list[Any],
+    request: Any,  # noqa: ARG001 -- the trace reads it from this frame
+) -> None:
+    """The same caller, holding the request object rather than its id."""
+    for block in blocks:
+        block.ref_cnt += 1
+    pool.free_blocks(blocks)
+
+
+def assert_called_here(
+    operation: Any, name: str, function: Any, text: str, request: str | None
+) -> None:
+    """``operation`` is ``name`` from ``function``'s line holding ``text``, for ``request``."""
+    assert operation is not None
+    assert (operation.name, operation.filename) == (name, __file__), operation
+    assert (operation.function, operation.lineno) == (
+        function.__name__,
+        line_in(function, text),
+    ), operation
+    assert operation.request == request, operation
+
+
+@pytest.mark.parametrize("connector", [connector_frees_by_id, connector_frees_request])
+def test_the_trace_mode_names_who_called_vllms_kv_cache_core_and_the_request(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch, connector: Any
+) -> None:
+    """trace: each record names the caller of vLLM's manager or pool here, and the request.
+
+    The first free's request is read from vLLM's frames (its caller names none),
+    the second's from the caller's own ``request_id`` or ``request``; no line names
+    the stand-in's ``block_pool.py`` or ``kv_cache_manager.py``.
+    """
+    del fake_vllm
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "trace")
+    plugin.register()
+    manager = importlib.import_module("vllm.v1.core.kv_cache_manager").KVCacheManager(6)
+    request = importlib.import_module("vllm.v1.request").Request("req-1")
+    allocated_at = sys._getframe().f_lineno + 1
+    blocks = manager.allocate_slots(request, 2)
+    finish_all(manager, [request])
+    held = "req-1" if connector is connector_frees_by_id else request
+    with pytest.raises(AlreadyInQueueError) as caught:
+        connector(manager.block_pool, blocks, held)
+    history = caught.value.history  # type: ignore[attr-defined]
+    assert_called_here(history.call, "prepend_n", connector, "pool.free_blocks(blocks)", "req-1")
+    (block,) = history.blocks
+    assert_called_here(block.linked, "prepend_n", finish_all, "manager.free(each)", "req-1")
+    # Taken by the allocation: this test, the request read from vLLM's coordinator.
+    assert (block.unlinked.lineno, block.unlinked.request) == (allocated_at, "req-1")
+    shown = "\n".join(history.lines)
+    assert f"in {connector.__name__} for request 'req-1' (thread " in history.lines[0]
+    assert "in finish_all for request 'req-1' (thread " in shown
+    assert "block_pool.py" not in shown
+    assert "kv_cache_manager.py" not in shown
+
+
+def test_the_trace_mode_reads_no_request_outside_vllms_kv_cache_core(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trace: a traced queue called straight from code outside vLLM records no request."""
+    del fake_vllm
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "trace")
+    plugin.register()
+    blocks = [Block() for _ in range(3)]
+    queue = VllmTracedFreeBlockQueue(blocks)
+    request_id = "req-2"  # a local the walk would read, had it passed vLLM's core
+    with pytest.raises(AlreadyInQueueError) as caught:
+        queue.append(blocks[1])
+    history = caught.value.history  # type: ignore[attr-defined]
+    assert (history.call.filename, history.call.request) == (__file__, None)
+    assert history.blocks[0].linked.request is None
+    assert request_id not in "\n".join(history.lines)
+    assert " for request " not in "\n".join(history.lines)
+
+
+def test_without_the_trace_mode_the_records_name_vllms_block_pool(fake_vllm: Path) -> None:
+    """The test can fail: the same queue bound by hand, with no plugin, names vLLM's pool."""
+    del fake_vllm
+    block_pool = module("vllm.v1.core.block_pool")
+    block_pool.FreeKVCacheBlockQueue = VllmTracedFreeBlockQueue
+    manager = importlib.import_module("vllm.v1.core.kv_cache_manager").KVCacheManager(6)
+    request = importlib.import_module("vllm.v1.request").Request("req-3")
+    blocks = manager.allocate_slots(request, 2)
+    finish_all(manager, [request])
+    with pytest.raises(AlreadyInQueueError) as caught:
+        connector_frees_by_id(manager.block_pool, blocks, "req-3")
+    history = caught.value.history  # type: ignore[attr-defined]
+    assert history.call.filename == block_pool.__file__
+    assert (history.call.function, history.call.request) == ("free_blocks", None)
+    assert history.blocks[0].linked.filename == block_pool.__file__
+
+
+# ---------------------------------------------------------------------------
 # On vLLM's own files, read from its wheels.
 
 
@@ -595,3 +775,30 @@ def test_the_plugin_runs_vllms_own_pool(wheel: Path, mode: str, compiled: bool) 
     finally:
         plugin.uninstall()
     assert type(code.BlockPool(4, False, 16).free_block_queue) is code.FreeKVCacheBlockQueue
+
+
+def test_the_trace_mode_passes_over_vllms_own_block_pool(wheel: Path) -> None:
+    """trace on vLLM's own files: a double free through BlockPool.free_blocks names its callers.
+
+    The second free comes after ``uninstall()``, from the pool built before it.
+    """
+    code = load_vllm(wheel)
+    compiled = verified_queue.COMPILED  # the compiled queue takes the derived block only
+    plugin.install(
+        "trace", code.kv_cache_utils, code.block_pool, vllm_version=wheel.name, compiled=compiled
+    )
+    try:
+        pool = code.BlockPool(8, False, 16)
+        blocks = pool.get_new_blocks(2)
+        freed_at = sys._getframe().f_lineno + 1
+        pool.free_blocks(blocks)
+    finally:
+        plugin.uninstall()
+    # A pool built before uninstall() keeps its traced queue, which keeps naming the callers.
+    with pytest.raises(AlreadyInQueueError) as caught:
+        connector_frees_by_id(pool, blocks, "req-4")
+    history = caught.value.history  # type: ignore[attr-defined]
+    assert_called_here(history.call, "prepend_n", connector_frees_by_id, "free_blocks", "req-4")
+    linked = history.blocks[0].linked
+    assert (linked.filename, linked.lineno, linked.request) == (__file__, freed_at, None)
+    assert "block_pool.py" not in "\n".join(history.lines)

@@ -19,7 +19,9 @@ possibly more than once, and loads every installed general plugin unless
   mode inside a running vLLM;
 * ``trace``: the same with the trace level of check mode
   (:class:`~verified_queue.vllm.traced.VllmTracedFreeBlockQueue`), whose errors also
-  name where each block concerned was last linked and unlinked.
+  name where each block concerned was last linked and unlinked: the first frame
+  outside vLLM's KV-cache core (the scheduler, a connector, a test), with the
+  request id its frames carry (:func:`~verified_queue.vllm.traced.pass_over_kv_cache_core`).
 
 The compiled build links :class:`verified_queue.Block` subclasses only, so
 there ``KVCacheBlock`` is rebound as well, where vLLM constructs blocks
@@ -452,9 +454,12 @@ def install(
     elif mode == "trace":
         from verified_queue.vllm.traced import (  # noqa: PLC0415 -- only when asked
             VllmTracedFreeBlockQueue,
+            pass_over_kv_cache_core,
         )
 
         queue = VllmTracedFreeBlockQueue
+        # Records name who called vLLM's KV-cache core, not the core itself.
+        pass_over_kv_cache_core(block_pool)
     else:
         queue = FreeBlockQueue
     installation = _Installation(mode, queue, block)

@@ -2,20 +2,59 @@
 
 Apart from :mod:`verified_queue.vllm.checked` so that ``VERIFIED_QUEUE_VLLM=checked``
 loads no recorder; ``VERIFIED_QUEUE_VLLM=trace`` loads this module.
+
+Every link and unlink inside vLLM goes through ``block_pool.py``, called by vLLM's
+KV-cache managers and coordinator: a record naming the first frame outside this
+package would name vLLM, not who freed. :func:`pass_over_kv_cache_core`, which the
+plugin's trace mode calls, has the trace level pass over those modules' frames
+(:data:`KV_CACHE_CORE`) to the scheduler, connector or test that called them,
+and read the id of the request the call served on the way.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
+from verified_queue._trace_records import treat_as_library
 from verified_queue.traced import DEFAULT_HISTORY, TracedFreeBlockQueue
 from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
 
-__all__ = ["VllmTracedFreeBlockQueue"]
+__all__ = ["KV_CACHE_CORE", "VllmTracedFreeBlockQueue", "pass_over_kv_cache_core"]
 
 #: This module's frames are the library's (see ``verified_queue._trace_records``).
 __trace_library__ = True
+
+#: vLLM's KV-cache core, the modules of ``vllm.v1.core`` (0.33.0 and 0.34.0 alike) that call
+#: the queue for others: the block pool, the KV-cache manager, its coordinator, the managers
+#: of each attention type, and the module of the queue and the block.
+KV_CACHE_CORE: Final = (
+    "block_pool",
+    "kv_cache_manager",
+    "kv_cache_coordinator",
+    "single_type_kv_cache_manager",
+    "kv_cache_utils",
+)
+
+
+def pass_over_kv_cache_core(block_pool: Any) -> list[str]:
+    """Have the trace level pass over vLLM's KV-cache core; return the files it now passes over.
+
+    ``block_pool`` is vLLM's ``vllm.v1.core.block_pool`` module. The modules of
+    :data:`KV_CACHE_CORE` are found through its package's path, so each one's
+    code is compiled under the ``.py`` file beside ``block_pool.__file__``, loaded
+    already or not: those are the names marked. A ``block_pool`` without a
+    ``__file__`` marks nothing.
+    """
+    source = getattr(block_pool, "__file__", None)
+    if not isinstance(source, str):
+        return []
+    directory = os.path.dirname(source)
+    files = [os.path.join(directory, f"{name}.py") for name in KV_CACHE_CORE]
+    for filename in files:
+        treat_as_library(filename)
+    return files
 
 
 class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
