@@ -55,6 +55,17 @@ escape the outermost handler and leave S2 or S3 behind, which
 stated for users in ``docs/usage.md`` ("Faults") with what each operation guarantees;
 ``tests/queue/test_nested_interrupts.py`` shows it and pins where it stops.
 
+Loops inside a try
+------------------
+Every loop inside a ``try`` of the undo (and of the pool's repairs, and of the batch
+methods) is a ``for`` loop or a ``while True`` left by ``break``, never ``while
+<condition>``: CPython 3.12 and 3.13 compile that loop's test again at its end, and
+leave the back edge after it outside the ``try``'s exception-table range; 3.13 runs a
+pending signal handler at that back edge before it jumps, so an interrupt there
+escapes every handler of the frame at once (3.12 runs it after the jump, inside the
+``try``). ``tests/queue/test_undo_nests.py`` reads the bytecode and fails on such a
+back edge.
+
 A finalizer that runs while a batch is staged sees the staged blocks as linked: it
 freeing one again is a double free, refused; it *removing* one is the same misuse as
 removing a block of another queue, which no O(1) guard can see (``num_free_blocks``
@@ -124,7 +135,9 @@ def finish_unstage(batch: list[B], staging: Block, arrived: BaseException) -> Ba
                     # A retry counts on from where the last pass stopped, and stops at once
                     # if the detaching below has begun: it detaches batch[linked] before it
                     # lowers ``linked``, and a detached block names no predecessor.
-                    while linked < len(batch):
+                    while True:  # not ``while linked < len(batch)``: "Loops inside a try" above
+                        if linked >= len(batch):
+                            break
                         candidate: object = batch[linked]
                         if not can_link(candidate):
                             # Never staged. (Not read: a proxy's lookup may raise, and this
@@ -137,7 +150,9 @@ def finish_unstage(batch: list[B], staging: Block, arrived: BaseException) -> Ba
                         linked += 1
                     # Back to front, as unstage walks, so that a call cut short leaves
                     # a shorter prefix, still chained, for the next call to find.
-                    while linked > 0:
+                    while True:
+                        if linked == 0:
+                            break
                         node: Block = batch[linked - 1]  # type: ignore[assignment]  # linked: a Block
                         # I4: every block of the failed batch leaves detached again.
                         if node.next_free_block is not None:
@@ -200,7 +215,9 @@ def relink_taken(head: Block, popped: list[B], following: Block | None) -> BaseE
                 try:
                     # A retry recounts and rereads to the same values: nothing below writes
                     # a slot, and ``last``'s forward link is written last, to ``successor``.
-                    while taken < len(slots) and slots[taken] is not None:
+                    while True:  # not ``while taken < ...``: "Loops inside a try" above
+                        if taken >= len(slots) or slots[taken] is None:
+                            break
                         taken += 1
                     if taken == 0:
                         break
@@ -208,7 +225,9 @@ def relink_taken(head: Block, popped: list[B], following: Block | None) -> BaseE
                     successor = last.next_free_block
                     if successor is None:
                         successor = following
-                    while relinked < taken:
+                    while True:
+                        if relinked >= taken:
+                            break
                         block: Block = slots[relinked]  # type: ignore[assignment]  # taken
                         previous: Block = head if relinked == 0 else slots[relinked - 1]  # type: ignore[assignment]  # taken
                         if block.prev_free_block is not previous:

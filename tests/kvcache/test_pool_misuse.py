@@ -175,8 +175,14 @@ def test_a_stale_hash_the_cache_lost_is_caught_at_eviction() -> None:
     pool = BlockPool(3)
     finish(pool, admit(pool, tokens(0, BLOCK_SIZE)))
     pool.cached_block_hash_to_block.clear()
+    before = free_ids(pool)
     with pytest.raises(BlockPoolError, match="P3"):
         pool.get_new_blocks(2)
+    # Handed back to the front in order, the key no entry held dropped (P3 holds again).
+    assert free_ids(pool) == before
+    assert [block.block_hash for block in pool.blocks] == [None] * 3
+    assert pool.num_evicted == 0
+    pool.check_consistency()
 
 
 def test_a_block_its_hash_entry_lost_is_caught_at_eviction() -> None:

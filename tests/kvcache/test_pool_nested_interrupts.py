@@ -1,16 +1,16 @@
 """Each pool call cut short at any checkpoint, and again at any later one, ends as before or after.
 
-The exceptions are injected deterministically (:mod:`tests.kvcache.interrupt_support`) at
-every point where the interpreter can run a signal handler: in the frames of the pool and,
-on the pure build, of the queue and its undo (``queue.py``, ``_undo.py``); on the compiled
-build those run as native code, and an interrupt can land only in the pool's frames, right
-after a native call returns among them. Each case is run with one exception at each
-checkpoint, and with a second at each later one (the undo's own checkpoints included).
-After each run the pool's invariants (P1-P5), the queue's (I1-I4) and the state (the free
-order, every count, every hash and the cache, the counters) must be the state before the
-call or the state after it; an exception that arrived must be raised, the last one to
-arrive, and a call that returns must have returned undisturbed. The depth promised is the
-queue's (``verified_queue._undo``): ``test_three_exceptions_...`` takes it to three.
+The exceptions are injected deterministically (:mod:`tests.interrupt_support`) at every point
+where the interpreter can run a signal handler: in the frames of the pool and its repairs
+(``pool.py``, ``_repair.py``) and, on the pure build, of the queue and its undo (``queue.py``,
+``_undo.py``); on the compiled build those two run as native code, and an interrupt can land
+only in the pool's frames, right after a native call returns among them. Each case is run with
+one exception at each checkpoint, and with a second at each later one (the undo's own
+checkpoints included). After each run the pool's invariants (P1-P5), the queue's (I1-I4) and
+the state (the free order, every count, every hash and the cache, the counters) must be the
+state before the call or the state after it; an exception that arrived must be raised, the last
+one to arrive, and a call that returns must have returned undisturbed. The depth promised is
+the queue's (``verified_queue._undo``): ``test_three_exceptions_...`` takes it to three.
 """
 
 from __future__ import annotations
@@ -23,21 +23,25 @@ from typing import Any, SupportsIndex
 import pytest
 
 import verified_queue
-from tests.kvcache.interrupt_support import Faults, Interrupted, at_checkpoints, code_objects
+from tests.interrupt_support import Faults, Interrupted, at_checkpoints, code_objects
 from verified_queue import _undo as undo_module
 from verified_queue import queue as queue_module
 from verified_queue.invariants import check_invariants
+from verified_queue.kvcache import _repair as repair_module
 from verified_queue.kvcache import pool as pool_module
 from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import hash_request_tokens
 from verified_queue.kvcache.pool import BlockPool
 from verified_queue.queue import FreeBlockQueue
 
-#: The frames an interrupt can land in: the pool's and, interpreted, the queue's.
+#: The frames an interrupt can land in: the pool's and its repairs' (interpreted on both
+#: builds) and, on the pure build, the queue's and its undo's.
 CODES: set[CodeType] = code_objects(
-    [pool_module] if verified_queue.COMPILED else [pool_module, queue_module, undo_module]
+    [pool_module, repair_module]
+    if verified_queue.COMPILED
+    else [pool_module, repair_module, queue_module, undo_module]
 )
-BUILD = "compiled build: pool.py's frames" if verified_queue.COMPILED else "pure build"
+BUILD = "compiled build: the pool's frames" if verified_queue.COMPILED else "pure build"
 
 
 @dataclass
@@ -157,6 +161,14 @@ def touch(caching: bool) -> World:
     return World([pool], lambda: pool.touch(hits))
 
 
+def touch_twice_then_free(caching: bool) -> World:
+    # A block listed twice before a free one: cut after the two, the repair must count both
+    # listings to know the first removed it, and still remove the free one after them.
+    pool, held = _cached(caching)
+    hits = [pool.blocks[2], pool.blocks[2], held[0], pool.blocks[6], pool.blocks[3]]
+    return World([pool], lambda: pool.touch(hits))
+
+
 def touch_refused(caching: bool) -> World:
     # A block free by its count yet in no queue (P2 broken by outside code) is refused where
     # touch reaches it, interrupted or not: the blocks before it stay touched.
@@ -197,6 +209,7 @@ CASES: dict[str, Callable[[], World]] = {
     "touch": lambda: touch(True),
     "touch, caching off": lambda: touch(False),
     "touch of a block the queue refuses": lambda: touch_refused(True),
+    "touch of a block listed twice, then free ones": lambda: touch_twice_then_free(True),
     "cache_full_blocks": lambda: cache_full_blocks(True),
     "reset_prefix_cache": lambda: reset_prefix_cache(True),
 }
@@ -372,3 +385,51 @@ def test_three_exceptions_at_any_checkpoints_hold_and_a_burst_of_four_can_damage
         for first in range(1, counting.events + 8)
     ]
     assert any(bursts), f"{BUILD}: no burst of four damaged {name}: the depth has moved"
+
+
+class _Steps(repair_module.Repair):
+    """A repair of ``count`` idempotent steps whose first run raises, as a repair cut short does."""
+
+    __slots__ = ("done", "faults")
+
+    def __init__(self, count: int, faults: Faults) -> None:
+        super().__init__()
+        self.done = [False] * count
+        self.faults = faults
+
+    def run(self) -> None:
+        if self.phase == 0:
+            self.phase = 1
+            error = Interrupted("the repair's own first run")
+            self.faults.fired.append(error)  # arrived, in time order with the injected ones
+            raise error
+        while True:
+            if self.index >= len(self.done):
+                break
+            self.done[self.index] = True
+            self.index += 1
+
+
+def test_finish_runs_a_repair_to_its_end_and_returns_what_arrived_last() -> None:
+    """One exception at any checkpoint of ``finish`` or the repair, after the repair's own one.
+
+    The repair's first run raises by itself, so that ``finish``'s inner handler runs and
+    its loops turn: an exception injected there, at the inner loop's back edge or in the
+    handler, is caught by the outer handler, which must keep it as the one to return.
+    """
+    codes = code_objects([repair_module]) | {_Steps.run.__code__}
+    counting = Faults()
+    error = Interrupted("cut the call short")
+    with at_checkpoints(counting, codes):
+        assert repair_module.finish(_Steps(3, counting), error) is counting.fired[-1]
+    failures = []
+    # From the second event: the first is finish's own start, before its loops, which the
+    # method's next handler covers (a call to finish cut short there is made again).
+    for at in range(2, counting.events + 2):
+        faults = Faults(frozenset({at}))
+        steps = _Steps(3, faults)
+        with at_checkpoints(faults, codes):
+            returned = repair_module.finish(steps, error)
+        if returned is not faults.fired[-1] or not all(steps.done):
+            failures.append(f"fault at {at}: returned {returned!r}, steps {steps.done}")
+    assert not failures, failures

@@ -9,7 +9,11 @@ batch method stops deferring to the restartable undo.
 from __future__ import annotations
 
 import ast
+import dis
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import CodeType
 
 import pytest
 
@@ -135,3 +139,75 @@ def test_every_outer_handler_defers_to_the_restartable_undo(name: str, restartab
     assert isinstance(inner.body[0], (ast.Assign, ast.AnnAssign, ast.For))
     (handler,) = inner.handlers
     assert "undone = True" in ast.unparse(handler), f"{name}'s first handler never sets undone"
+
+
+#: The modules whose handlers keep the fault contract: the batch methods, their undo, and the
+#: pool's methods and repairs.
+HANDLER_MODULES = ("queue.py", "_undo.py", "kvcache/pool.py", "kvcache/_repair.py")
+
+
+def _code_objects(code: CodeType) -> Iterator[CodeType]:
+    yield code
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            yield from _code_objects(constant)
+
+
+def _uncovered_back_edges(source: str, filename: str) -> list[str]:
+    """The back edges of loops inside a ``try`` that the try's exception-table range leaves out.
+
+    A back edge whose target (the loop's start) a handler covers is inside that
+    handler's ``try``; the back edge itself must then be covered by the same handler,
+    or an interrupt run there (at it, on 3.13) escapes the frame's every handler.
+    """
+    found = []
+    for code in _code_objects(compile(source, filename, "exec")):
+        table = dis._parse_exception_table(code)  # type: ignore[attr-defined]  # 3.11+, private
+        instructions = list(dis.get_instructions(code))
+        # A handler of a try statement starts with PUSH_EXC_INFO; an inlined comprehension's
+        # cleanup (3.12+), which restores its loop variable, does not, and is no handler of ours.
+        handlers = {
+            instruction.offset
+            for instruction in instructions
+            if instruction.opname == "PUSH_EXC_INFO"
+        }
+        for instruction in instructions:
+            # JUMP_BACKWARD_NO_INTERRUPT runs no signal handler.
+            if "JUMP_BACKWARD" not in instruction.opname or "NO_INTERRUPT" in instruction.opname:
+                continue
+            target = instruction.argval
+            wanted = {
+                e.target
+                for e in table
+                if e.start <= target < e.end and not e.lasti and e.target in handlers
+            }
+            have = {e.target for e in table if e.start <= instruction.offset < e.end}
+            if wanted - have:
+                # positions and co_qualname are 3.11's, as is the exception table.
+                positions = getattr(instruction, "positions", None)
+                line = None if positions is None else positions.lineno
+                found.append(f"{filename}:{line} in {getattr(code, 'co_qualname', code.co_name)}")
+    return found
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 has no exception table to read")
+@pytest.mark.parametrize("module", HANDLER_MODULES)
+def test_every_loop_inside_a_try_keeps_its_back_edge_covered(module: str) -> None:
+    """No ``while <condition>`` loop inside a handler's try: its back edge would escape on 3.13."""
+    path = SOURCE.parent / module
+    assert _uncovered_back_edges(path.read_text(encoding="utf-8"), module) == []
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.11 covers the back edge")
+def test_the_back_edge_check_finds_a_condition_loop_inside_a_try() -> None:
+    """The check itself fires: ``while i < n`` inside a try, as the undo used to write it."""
+    source = (
+        "def retry(n):\n"
+        "    i = 0\n"
+        "    try:\n"
+        "        while i < n:\n"
+        "            i += 1\n"
+        "    except BaseException:\n"
+        "        pass\n"
+    )
+    assert _uncovered_back_edges(source, "retry.py") == ["retry.py:4 in retry"]
