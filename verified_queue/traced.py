@@ -40,9 +40,13 @@ import threading
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
+from gc import disable as _gc_disable
+from gc import enable as _gc_enable
+from gc import isenabled as _gc_isenabled
 from typing import Final, SupportsIndex, TypeVar
 
 from verified_queue import queue as _production
+from verified_queue._messages import batch_argument
 from verified_queue._trace_records import (
     BlockHistory,
     Caller,
@@ -107,6 +111,10 @@ _PRODUCTION_FILE: Final = _production.__file__
 # FreeBlockQueue's weak reference slot cannot be trusted in an interpreted subclass.
 _all_records: weakref.WeakValueDictionary[int, Records] = weakref.WeakValueDictionary()
 _registrations: Iterator[int] = itertools.count()
+
+#: Whether a garbage collection runs inside the allocation that sets it off, rather than at
+#: the interpreter's next checkpoint (Python 3.12+): see ``TracedFreeBlockQueue.__setattr__``.
+_COLLECTS_IN_ALLOCATIONS: Final = sys.version_info < (3, 12)
 
 
 def _history_length(history: int) -> int:
@@ -202,10 +210,30 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         _all_records[next(_registrations)] = self._records
 
     def __setattr__(self, name: str, value: object) -> None:
-        """Note a write of ``num_free_blocks`` from outside the production queue, then set."""
-        if name == "num_free_blocks" and sys._getframe(1).f_code.co_filename != _PRODUCTION_FILE:
-            self._note_count_write("written")
-        self._set_attribute(name, value)
+        """Set, then note a write of ``num_free_blocks`` from outside the production queue."""
+        # The production queue writes the count last, after the links, with nothing between
+        # that calls or allocates, so that a collection's finalizer never sees the queue half
+        # changed (re-entry, in the fault contract of docs/usage.md). On the pure build this
+        # method runs in between (compiled, the queue writes the count as a C field), so it
+        # writes first and allocates (the writer's frame object, a note) only after. The
+        # write can allocate too: calling check mode's setter packs its arguments in a tuple,
+        # a new one whenever CPython's free list of them is empty. Python 3.12+ runs a
+        # collection set off there after the call; 3.10 and 3.11 run it inside the
+        # allocation, before the write, so there the collector is off for the write.
+        if name == "num_free_blocks":
+            if _COLLECTS_IN_ALLOCATIONS and _gc_isenabled():
+                try:
+                    # Inside the try: an interrupt as the call returns must not leave it off.
+                    _gc_disable()
+                    self._set_attribute(name, value)
+                finally:
+                    _gc_enable()
+            else:
+                self._set_attribute(name, value)
+            if sys._getframe(1).f_code.co_filename != _PRODUCTION_FILE:
+                self._note_count_write("written")
+        else:
+            self._set_attribute(name, value)
 
     def __delattr__(self, name: str) -> None:
         """Note a deletion of ``num_free_blocks``, then delete."""
@@ -362,7 +390,15 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
         caller = find_caller()
-        batch = list(blocks)
+        try:
+            # A batch that is not iterable is refused as check mode and the production queue
+            # refuse it (WrongTypeError); a list is passed on as it is, as check mode does.
+            batch: list[B] = (
+                blocks if type(blocks) is list else batch_argument("append_n", blocks)  # type: ignore[assignment]
+            )
+        except QueueError as error:
+            self._explain(error, "append_n", caller, ())
+            raise
         try:
             self._checked_append_n(batch)
         except QueueError as error:
@@ -376,7 +412,15 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         Runtime complexity: O(len(blocks)), plus the amortized O(1) full check
         """
         caller = find_caller()
-        batch = list(blocks)
+        try:
+            # A batch that is not iterable is refused as check mode and the production queue
+            # refuse it (WrongTypeError); a list is passed on as it is, as check mode does.
+            batch: list[B] = (
+                blocks if type(blocks) is list else batch_argument("prepend_n", blocks)  # type: ignore[assignment]
+            )
+        except QueueError as error:
+            self._explain(error, "prepend_n", caller, ())
+            raise
         try:
             self._checked_prepend_n(batch)
         except QueueError as error:

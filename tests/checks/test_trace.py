@@ -474,6 +474,30 @@ def test_every_error_of_the_trace_level_carries_the_history() -> None:
     assert history_of(wrong.value).call.name == "popleft_n"
 
 
+@pytest.mark.parametrize("operation", ["append_n", "prepend_n", "__init__"])
+def test_a_batch_that_is_not_iterable_is_refused_as_check_mode_refuses_it(operation: str) -> None:
+    """``append_n(3.5)``: check mode's WrongTypeError and words, and the history; no change."""
+    blocks = [Block(), Block()]
+    queue = TracedFreeBlockQueue(blocks)
+    checked = CheckedFreeBlockQueue[Block]()
+    refusals: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
+        "append_n": (lambda: queue.append_n(3.5), lambda: checked.append_n(3.5)),  # type: ignore[arg-type]  # refused
+        "prepend_n": (lambda: queue.prepend_n(3.5), lambda: checked.prepend_n(3.5)),  # type: ignore[arg-type]  # refused
+        "__init__": (lambda: TracedFreeBlockQueue(3.5), lambda: CheckedFreeBlockQueue(3.5)),  # type: ignore[arg-type]  # refused
+    }
+    traced_call, checked_call = refusals[operation]
+    with pytest.raises(WrongTypeError) as caught:
+        traced_call()
+    with pytest.raises(WrongTypeError) as plain:
+        checked_call()
+    assert shown(caught.value).splitlines()[0] == str(plain.value)
+    # The constructor links through append_n, which the production queue's words name too.
+    named = "append_n" if operation == "__init__" else operation
+    assert history_of(caught.value).call.name == named
+    assert queue.get_all_free_blocks() == blocks
+    assert queue.operations == 1
+
+
 def test_an_iteration_that_meets_a_departed_block_names_where_it_left() -> None:
     """A block removed under a live iteration: the error names the iteration and the remove."""
     blocks = [Block() for _ in range(3)]

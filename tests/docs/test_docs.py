@@ -24,7 +24,19 @@ MODULES = sorted(
 DOC_PAGES = sorted(page for page in (ROOT / "docs").glob("*.md") if ">>> " in page.read_text())
 
 
-@pytest.mark.parametrize("name", ["verified_queue", *MODULES])
+# The modules whose examples show an error's traceback that the trace level lengthens on
+# purpose: it adds the queue's history of the block under the message (the pool's
+# DoubleFreeError included, docs/check-mode.md), so the example's last line is no longer last.
+TRACE_LENGTHENS = {"verified_queue.kvcache.pool"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.untraced_only) if name in TRACE_LENGTHENS else name
+        for name in ["verified_queue", *MODULES]
+    ],
+)
 def test_module_docstring_examples(name: str) -> None:
     """Every docstring example of the module produces the output it shows."""
     module = importlib.import_module(name)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from verified_queue import Block, FreeBlockQueue
+from verified_queue import Block, FreeBlockQueue, TracedFreeBlockQueue
 from verified_queue.errors import QueueError
 from verified_queue.invariants import check_invariants
 
@@ -76,12 +76,22 @@ OPERATIONS: dict[str, Callable[[FreeBlockQueue[Block], list[Block]], object]] = 
 }
 
 
+#: The queues re-entered: the class the switch binds, and the trace level in every run, whose
+#: ``__setattr__`` runs between the production queue's last link write and its count write.
+QUEUES: dict[str, type[FreeBlockQueue[Block]]] = {"switched": FreeBlockQueue}
+if FreeBlockQueue is not TracedFreeBlockQueue:
+    QUEUES["traced"] = TracedFreeBlockQueue
+
+
+@pytest.mark.parametrize("queue_class", sorted(QUEUES))
 @pytest.mark.parametrize("operation", sorted(OPERATIONS))
 @pytest.mark.parametrize("reentry", sorted(REENTRIES))
-def test_reentry_from_a_collection_at_every_allocation(operation: str, reentry: str) -> None:
+def test_reentry_from_a_collection_at_every_allocation(
+    operation: str, reentry: str, queue_class: str
+) -> None:
     """A queue operation run by a GC callback inside another, at each collection, harms nothing."""
     k = 1
-    while _reenter_at(k, OPERATIONS[operation], REENTRIES[reentry]):
+    while _reenter_at(k, OPERATIONS[operation], REENTRIES[reentry], QUEUES[queue_class]):
         k += 1
 
 
@@ -89,6 +99,7 @@ def _reenter_at(
     k: int,
     operation: Callable[[FreeBlockQueue[Block], list[Block]], object],
     reentry: Callable[[FreeBlockQueue[Block], list[Block]], object],
+    queue_class: type[FreeBlockQueue[Block]] = FreeBlockQueue,
 ) -> bool:
     """Run ``operation``, re-entering with ``reentry`` at the k-th collection; check the queue.
 
@@ -96,7 +107,7 @@ def _reenter_at(
     """
     blocks = [Block() for _ in range(12)]
     spare = blocks[9:]
-    queue = FreeBlockQueue(blocks[:4])
+    queue = queue_class(blocks[:4])
     collections = 0
 
     def callback() -> None:

@@ -719,6 +719,8 @@ def test_without_the_trace_mode_the_records_name_vllms_block_pool(fake_vllm: Pat
     del fake_vllm
     block_pool = module("vllm.v1.core.block_pool")
     block_pool.FreeKVCacheBlockQueue = VllmTracedFreeBlockQueue
+    if verified_queue.COMPILED:  # the compiled queue links Block subclasses only
+        block_pool.KVCacheBlock = plugin.derive_block_class(block_pool.KVCacheBlock)
     manager = importlib.import_module("vllm.v1.core.kv_cache_manager").KVCacheManager(6)
     request = importlib.import_module("vllm.v1.request").Request("req-3")
     blocks = manager.allocate_slots(request, 2)
