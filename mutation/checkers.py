@@ -161,7 +161,10 @@ DEFAULT_MODULES = ("invariants", "checked", "diagnosis", "messages", "pool", "ke
 #: The least percentage of mutants each module's tests must kill. The kvcache modules are
 #: smaller, so each equivalent mutant weighs more: keys.py's five are 2.1% of its 241.
 BARS = {"invariants": 98.0, "checked": 98.0, "diagnosis": 98.0, "messages": 98.0}
-BARS |= {"pool": 97.0, "repair": 95.0, "keys": 97.0}
+BARS |= {"pool": 97.0, "keys": 97.0}
+#: A target not met yet: the one run of _repair.py (docs/measurements.md) left 19 survivors of
+#: 294, before the tests added on its evidence; so it is not in DEFAULT_MODULES.
+BARS |= {"repair": 95.0}
 
 
 def configure(work: Path, module: str) -> None:
