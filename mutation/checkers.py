@@ -121,7 +121,9 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "tests/kvcache/test_pool_ownership.py",
             "tests/kvcache/test_pool_model.py",
             "tests/kvcache/test_pool_interrupts.py",
-            "tests/kvcache/test_pool_nested_interrupts.py",
+            # Not test_pool_nested_interrupts.py: every pair of checkpoints per mutant made a
+            # run of pool.py take hours (stopped at 119 of 593 mutants in 25 minutes); it is
+            # the repair module's selection, where its runs are reached.
             "tests/kvcache/test_pool_machine.py",
             "tests/kvcache/test_pool_contracts.py",
             # The pool's __getstate__ and __setstate__.
