@@ -2,14 +2,17 @@
 
 ``admit``, ``decode`` and ``finish`` drive a pool the way vLLM's KVCacheManager does;
 ``ids``, ``free_ids`` and ``snapshot`` read it for assertions; ``checked_queue`` builds a
-check-mode free queue that runs its full check before every operation.
+check-mode free queue that runs its full check before every operation;
+``InterruptedAfterTakingQueue`` stands for an interrupt between a ``popleft_n`` and the pool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import SupportsIndex
 
+from tests.interrupt_support import Interrupted
 from verified_queue import CheckedFreeBlockQueue
 from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import BlockHash, hash_request_tokens
@@ -95,3 +98,27 @@ def snapshot(pool: BlockPool) -> tuple[object, ...]:
         cache,
         (pool.num_freed, pool.num_freed_lifo),
     )
+
+
+class InterruptedAfterTakingQueue(FreeBlockQueue[KVCacheBlock]):
+    """A free queue whose popleft_n, once armed, unlinks the blocks and then raises Interrupted.
+
+    It stands for an interrupt that arrives after the blocks left the queue but before the
+    list reaches the pool: in a checked or traced queue's own code after the unlinking.
+    """
+
+    __slots__ = ("armed",)
+
+    armed: bool
+
+    def __init__(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Build the queue unarmed."""
+        self.armed = False
+        super().__init__(blocks)
+
+    def popleft_n(self, n: SupportsIndex) -> list[KVCacheBlock]:
+        """Take the first ``n`` blocks; once armed, raise Interrupted instead of returning them."""
+        taken = super().popleft_n(n)
+        if self.armed:
+            raise Interrupted
+        return taken

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import dis
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
-from typing import Any, SupportsIndex
+from typing import Any
 
 import pytest
 
+from tests.interrupt_support import Interrupted
+from tests.kvcache.pool_support import InterruptedAfterTakingQueue
 from verified_queue.kvcache import pool as pool_module
-from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import hash_request_tokens
 from verified_queue.kvcache.pool import BlockPool
-from verified_queue.queue import FreeBlockQueue
-
-
-class Interrupted(BaseException):
-    """Stands for KeyboardInterrupt, raised by a signal handler between two lines."""
-
 
 #: The instructions before which CPython may run a signal handler (the eval breaker).
 CHECKPOINTS = frozenset(
@@ -102,30 +97,6 @@ def test_get_new_blocks_interrupted_at_any_line_leaks_nothing(duplicated: bool) 
     while _get_interrupted_at(at, duplicated):
         at += 1
     assert at > 5
-
-
-class InterruptedAfterTakingQueue(FreeBlockQueue[KVCacheBlock]):
-    """A free queue whose popleft_n, once armed, unlinks the blocks and then raises Interrupted.
-
-    It stands for an interrupt that arrives after the blocks left the queue but before the
-    list reaches the pool: in a checked or traced queue's own code after the unlinking.
-    """
-
-    __slots__ = ("armed",)
-
-    armed: bool
-
-    def __init__(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """Build the queue unarmed."""
-        self.armed = False
-        super().__init__(blocks)
-
-    def popleft_n(self, n: SupportsIndex) -> list[KVCacheBlock]:
-        """Take the first ``n`` blocks; once armed, raise Interrupted instead of returning them."""
-        taken = super().popleft_n(n)
-        if self.armed:
-            raise Interrupted
-        return taken
 
 
 def test_blocks_taken_by_an_interrupted_popleft_n_go_back_to_the_front() -> None:

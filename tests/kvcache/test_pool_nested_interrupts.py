@@ -15,15 +15,16 @@ the queue's (``verified_queue._undo``): ``test_three_exceptions_...`` takes it t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType
-from typing import Any, SupportsIndex
+from typing import Any
 
 import pytest
 
 import verified_queue
 from tests.interrupt_support import Faults, Interrupted, at_checkpoints, code_objects
+from tests.kvcache.pool_support import InterruptedAfterTakingQueue
 from verified_queue import _undo as undo_module
 from verified_queue import queue as queue_module
 from verified_queue.invariants import check_invariants
@@ -32,7 +33,6 @@ from verified_queue.kvcache import pool as pool_module
 from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import hash_request_tokens
 from verified_queue.kvcache.pool import BlockPool
-from verified_queue.queue import FreeBlockQueue
 
 #: The frames an interrupt can land in: the pool's and its repairs' (interpreted on both
 #: builds) and, on the pure build, the queue's and its undo's.
@@ -102,32 +102,12 @@ def get_new_blocks(caching: bool) -> World:
     return World([pool], lambda: pool.get_new_blocks(5), before_only=True)
 
 
-class TakesThenRaises(FreeBlockQueue[KVCacheBlock]):
-    """A queue whose popleft_n, once armed, takes the blocks and raises Interrupted instead."""
-
-    __slots__ = ("armed",)
-
-    armed: bool
-
-    def __init__(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """Build the queue unarmed."""
-        self.armed = False
-        super().__init__(blocks)
-
-    def popleft_n(self, n: SupportsIndex) -> list[KVCacheBlock]:
-        """Take the first ``n`` blocks; armed, raise instead of returning them."""
-        taken = super().popleft_n(n)
-        if self.armed:
-            raise Interrupted
-        return taken
-
-
 def get_new_blocks_from_a_queue_that_raises(caching: bool) -> World:
     # The pool never gets the list: it finds the taken blocks by their counts (P2).
-    pool = BlockPool(8, enable_caching=caching, queue_factory=TakesThenRaises)
+    pool = BlockPool(8, enable_caching=caching, queue_factory=InterruptedAfterTakingQueue)
     pool.get_new_blocks(2)  # 1, 2: held
     queue = pool.free_block_queue
-    assert isinstance(queue, TakesThenRaises)
+    assert isinstance(queue, InterruptedAfterTakingQueue)
     queue.armed = True
     return World([pool], lambda: pool.get_new_blocks(3), before_only=True)
 
@@ -226,7 +206,10 @@ def _undisturbed(name: str) -> Expected:
     refused: type[BaseException] | None = None
     try:
         world.call()
-    except (Interrupted, verified_queue.QueueError) as error:  # by design: TakesThenRaises, misuse
+    except (
+        Interrupted,
+        verified_queue.QueueError,
+    ) as error:  # by design: InterruptedAfterTakingQueue, misuse
         refused = type(error)
     return before, _state(world.pools), refused
 

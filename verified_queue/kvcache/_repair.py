@@ -207,6 +207,8 @@ class GetUndo(Repair):
                     block.ref_cnt == 0
                     and not block.is_null
                     and block.prev_free_block is None
+                    # Appended already if an interrupt came as append returned, before the
+                    # index moved on: the pass retakes this block, and must not list it twice.
                     and not (found and found[-1] is block)
                 ):
                     found.append(block)

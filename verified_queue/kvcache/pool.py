@@ -105,17 +105,12 @@ class _FreePlan:
         blocks: list[KVCacheBlock],
         to_front: list[KVCacheBlock],
         to_back: list[KVCacheBlock],
-        left: dict[int, int] | None = None,
+        left: dict[int, int],
     ) -> None:
         self.pool = pool
         self.blocks = blocks  # every occurrence, each dropping one reference
         self.to_front = to_front
         self.to_back = to_back
-        if left is None:
-            # Built without the counts (by an override of _plan_free): counted here.
-            left = {}
-            for block in blocks:
-                left[id(block)] = left.get(id(block), block.ref_cnt) - 1
         # id(block) -> its ref_cnt once applied: what undo counts back up from.
         self.left = left
         self.freed = pool.num_freed
