@@ -14,17 +14,19 @@ package; it refuses a CUDA build of torch. It
    package, not the checkout, is what runs) once per mode: ``shipped``
    (``VERIFIED_QUEUE_VLLM`` unset), ``production``, ``checked`` and ``trace``
    (vLLM loads the plugin through ``vllm.plugins.load_general_plugins()``);
-4. runs this repository's own test of the trace level on the real vLLM,
-   ``tests/vllm/test_engine_trace.py`` (copied into CACHE with the
-   connector-like module it loads, beside a pytest configuration of its own),
-   once, with ``VERIFIED_QUEUE_VLLM=trace``: a planted double free from a
-   connector outside vLLM must be named at the connector's lines, with the
-   request id, and the test must pass, not skip;
+4. runs this repository's own tests on the real vLLM (:data:`OWN_TESTS`, copied
+   into CACHE with the modules they load, beside a pytest configuration of their
+   own), each in the modes it names: ``tests/vllm/test_engine_trace.py`` with
+   ``VERIFIED_QUEUE_VLLM=trace`` (a planted double free from a connector outside
+   vLLM must be named at the connector's lines, with the request id), and
+   ``tests/vllm/test_engine_pool.py`` as shipped, ``checked`` and ``trace`` (each
+   allocator bug class replayed on vLLM's BlockPool: caught in check mode,
+   passing with vLLM's queue); each run must pass, not skip;
 5. prints the outcome counts per file and mode and the excluded tests with
    their reasons, and exits non-zero unless every test has the same outcome
    in all four runs, the same tests are excluded for the same reasons, no test
    fails as shipped, each mode's ``BlockPool`` built the queue it should, and
-   the trace test passed.
+   this repository's own tests passed.
 
 ``--culprit-only`` runs step 4 alone (seconds, where the four runs take minutes).
 
@@ -50,7 +52,15 @@ from typing import Any
 
 from conformance import fetch
 
-__all__ = ["MODES", "OPT_125M_CONFIG", "TEST_FILES", "TRACE_TEST_FILES", "compare", "main"]
+__all__ = [
+    "MODES",
+    "OPT_125M_CONFIG",
+    "OWN_TESTS",
+    "OWN_TEST_FILES",
+    "TEST_FILES",
+    "compare",
+    "main",
+]
 
 #: vLLM's test files run in each mode (paths inside its sdist).
 TEST_FILES = (
@@ -104,9 +114,13 @@ OPT_125M_CONFIG: dict[str, Any] = {
 _REVISION = "0" * 40
 #: The pytest plugin's module name once copied into the cache.
 _PLUGIN = "verified_queue_engine_pytest"
-#: This repository's test of the trace level on the real vLLM (first), and the connector-like
-#: module it loads, in tests/vllm/ of the checkout.
-TRACE_TEST_FILES = ("test_engine_trace.py", "engine_connector.py")
+#: This repository's tests on the real vLLM, each with the modes it runs in, and the files
+#: copied with them (the tests and the modules they load), in tests/vllm/ of the checkout.
+OWN_TESTS = {
+    "test_engine_trace.py": ("trace",),
+    "test_engine_pool.py": ("shipped", "checked", "trace"),
+}
+OWN_TEST_FILES = (*OWN_TESTS, "engine_connector.py", "pool_faults.py")
 _TESTS = Path(__file__).resolve().parents[1] / "tests" / "vllm"
 
 
@@ -150,44 +164,60 @@ def _plugin_path(cache: Path) -> Path:
     return directory
 
 
-def _trace_test_path(cache: Path, tests: Path = _TESTS) -> Path:
-    """Copy the trace test and its connector into ``cache``; return the folder to run it in.
+def _own_tests_path(cache: Path, tests: Path = _TESTS) -> Path:
+    """Copy this repository's tests on vLLM into ``cache``; return the folder to run them in.
 
     The folder gets a pytest configuration of its own, so neither the checkout's
     (whose ``conftest.py`` needs Hypothesis, and whose settings make vLLM's own
     warnings errors) nor the checkout's package is what runs: the installed one is.
     """
-    directory = cache / "trace-test"
+    directory = cache / "own-tests"
     directory.mkdir(parents=True, exist_ok=True)
-    for name in TRACE_TEST_FILES:
+    for name in OWN_TEST_FILES:
         text = (tests / name).read_text(encoding="utf-8")
         (directory / name).write_text(text, encoding="utf-8")
     (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     return directory
 
 
-def _run_trace_test(directory: Path, home: Path) -> str | None:
-    """Run the trace test with ``VERIFIED_QUEUE_VLLM=trace``; return what failed, or ``None``."""
+def _run_own_test(directory: Path, home: Path, test: str, mode: str) -> str | None:
+    """Run ``test`` in ``mode`` (a key of :data:`MODES`); return what failed, or ``None``."""
+    value, _ = MODES[mode]
     environment = dict(os.environ)
     environment.pop("PYTHONPATH", None)
-    environment.update(
-        VERIFIED_QUEUE_VLLM="trace", HF_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"
-    )
+    environment.pop("VERIFIED_QUEUE_VLLM", None)
+    if value is not None:
+        environment["VERIFIED_QUEUE_VLLM"] = value
+    environment.update(HF_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--no-header"]
-    command += ["-rs", TRACE_TEST_FILES[0]]
-    print("[trace culprit] VERIFIED_QUEUE_VLLM=trace", " ".join(command[1:]))
+    command += ["-rs", test]
+    label = f"[{test} {mode}]"
+    print(label, f"VERIFIED_QUEUE_VLLM={value or '(unset)'}", " ".join(command[1:]))
     start = time.monotonic()
     finished = subprocess.run(
         command, cwd=directory, env=environment, check=False, capture_output=True, text=True
     )
     last = (finished.stdout.strip().splitlines() or ["(no output)"])[-1]
     seconds = time.monotonic() - start
-    print(f"[trace culprit] pytest exit {finished.returncode} in {seconds:.0f} s: {last}")
-    # A skip is no pass: the test skips where vLLM or the trace mode is missing.
+    print(f"{label} pytest exit {finished.returncode} in {seconds:.0f} s: {last}")
+    # A skip is no pass: the tests skip where vLLM or the mode is missing.
     if finished.returncode == 0 and " passed" in last and "skipped" not in last:
         return None
     print(finished.stdout[-3000:], finished.stderr[-3000:], sep="\n")
-    return f"trace culprit: {TRACE_TEST_FILES[0]}: {last}"
+    return f"{test} in {mode}: {last}"
+
+
+def _run_own_tests(cache: Path, home: Path, modes: Sequence[str]) -> list[str]:
+    """Run each of :data:`OWN_TESTS` in each of its modes among ``modes``; return what failed."""
+    directory = _own_tests_path(cache)
+    problems = []
+    for test, test_modes in OWN_TESTS.items():
+        for mode in test_modes:
+            if mode in modes:
+                problem = _run_own_test(directory, home, test, mode)
+                if problem is not None:
+                    problems.append(problem)
+    return problems
 
 
 def _run(
@@ -283,7 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("cache", type=Path, help="where the sdist and its tests are kept")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     parser.add_argument(
-        "--culprit-only", action="store_true", help="run only the trace test on the real vLLM"
+        "--culprit-only",
+        action="store_true",
+        help="run only this repository's own tests on the real vLLM",
     )
     arguments = parser.parse_args(argv)
     modes = arguments.modes.split(",")
@@ -296,10 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cache: Path = arguments.cache.resolve()
     home = _hub_cache(cache)
-    culprit = _run_trace_test(_trace_test_path(cache), home) if "trace" in modes else None
+    own = _run_own_tests(cache, home, modes)
     if arguments.culprit_only:
-        print(f"MISMATCH {culprit}" if culprit else "trace culprit test passed")
-        return 1 if culprit else 0
+        for problem in own:
+            print("MISMATCH", problem)
+        print("this repository's tests on vLLM: " + ("failed" if own else "passed"))
+        return 1 if own else 0
     root = _extract_tests(cache, version)
     plugin = _plugin_path(cache)
     reports: dict[str, dict[str, Any]] = {}
@@ -315,9 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_reason = Counter(excluded.values())
     for reason, count in sorted(by_reason.items()):
         print(f"  {count:3} {reason}")
-    problems = compare(reports)
-    if culprit is not None:
-        problems.append(culprit)
+    problems = compare(reports) + own
     for problem in problems:
         print("MISMATCH", problem)
     runs = len(modes)

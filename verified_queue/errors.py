@@ -49,20 +49,34 @@ class WrongTypeError(QueueError, TypeError):
     """An argument is not of a type the operation takes: not a block, or a count that is no int."""
 
 
-#: The names an :class:`InvariantViolation` may carry in ``.invariant``: each names the
-#: checker of ``verified_queue.invariants`` that reports it (``check_<family>``).
-INVARIANT_FAMILIES = ("sentinel_linkage", "count_consistency", "no_duplicates", "detached_outside")
+#: The names an :class:`InvariantViolation` may carry in ``.invariant``: the first four name
+#: the checker of ``verified_queue.invariants`` that reports them (``check_<family>``);
+#: ``block_pool`` is the pool's, reported by check mode inside vLLM
+#: (``verified_queue.vllm.pool_checks``).
+INVARIANT_FAMILIES = (
+    "sentinel_linkage",
+    "count_consistency",
+    "no_duplicates",
+    "detached_outside",
+    "block_pool",
+)
 
 #: The one map between the two vocabularies: each invariant of ``verified_queue.queue``
 #: (I1..I5, defined in its module docstring) that a checker can find broken, and the
 #: family it is reported under. Messages cite both, as in ``I4 (detached_outside)``. I5
 #: (blocks compared by identity only) is a property of code, not of a state, so no
-#: checker reports it.
+#: checker reports it. The pool's invariants (P1..P5, defined in
+#: ``verified_queue.kvcache.pool``, which vLLM's ``BlockPool`` keeps too) are one family;
+#: P4, like I5, is a property of code.
 INVARIANT_FAMILY = {
     "I1": "sentinel_linkage",  # the sentinels bracket a chain of blocks whose links agree
     "I2": "count_consistency",  # num_free_blocks counts the blocks between the sentinels
     "I3": "no_duplicates",  # no block twice in the chain, nor in two queues at once
     "I4": "detached_outside",  # a block in no queue is detached
+    "P1": "block_pool",  # the null block is never free, never cached
+    "P2": "block_pool",  # a block is free exactly when its ref_cnt is 0; none is below 0
+    "P3": "block_pool",  # a block has a hash exactly when the cache maps it there
+    "P5": "block_pool",  # the pool's blocks are its own, and only they are in its queue
 }
 
 
@@ -76,11 +90,14 @@ class InvariantViolation(QueueError, AssertionError):
     raises.
 
     A checker's violation also carries its parts: ``clause``, the invariant
-    broken (``"I1"`` to ``"I4"``, see :data:`INVARIANT_FAMILY`); ``where``, the
-    place (a position in a walk, a sentinel, an operation); ``what``, the value
-    looked at; and ``expected`` and ``found``. Its message is built from them,
-    so code that inspects a violation reads the fields, not the wording. A
-    violation built from a message has ``None`` in each part it was not given.
+    broken (``"I1"`` to ``"I4"``, or a pool's ``"P1"`` to ``"P5"``, see
+    :data:`INVARIANT_FAMILY`); ``where``, the place (a position in a walk, a
+    sentinel, an operation); ``what``, the value looked at; ``expected`` and
+    ``found``; and ``blocks``, the blocks it is about where the check names
+    them (a pool's clauses do; a broken link is found again from the queue).
+    Its message is built from them, so code that inspects a violation reads
+    the fields, not the wording. A violation built from a message has ``None``
+    in each part it was not given, and no blocks.
 
     >>> error = InvariantViolation("count is 3, walk found 2", invariant="count_consistency")
     >>> error.invariant, str(error), error.where
@@ -93,6 +110,7 @@ class InvariantViolation(QueueError, AssertionError):
     what: str | None
     expected: str | None
     found: str | None
+    blocks: tuple[object, ...]
 
     def __init__(
         self,
@@ -104,6 +122,7 @@ class InvariantViolation(QueueError, AssertionError):
         what: str | None = None,
         expected: str | None = None,
         found: str | None = None,
+        blocks: tuple[object, ...] = (),
     ) -> None:
         """Record ``message``, the family ``invariant`` and, if given, the parts of the message.
 
@@ -127,6 +146,7 @@ class InvariantViolation(QueueError, AssertionError):
         self.what = what
         self.expected = expected
         self.found = found
+        self.blocks = blocks
 
     def __reduce__(self) -> tuple[type[InvariantViolation], tuple[str, str], dict[str, object]]:
         """Pickle with the family, the parts and any state added since, so a worker can re-raise it.

@@ -128,13 +128,22 @@ _UNSET: Final = _Unset()
 NO_LINK: Final = "None"
 
 
-def violation(clause: str, where: str, what: str, expected: str, found: str) -> InvariantViolation:
-    """Build the violation of invariant ``clause`` (``"I1"`` to ``"I4"``) with its parts.
+def violation(
+    clause: str,
+    where: str,
+    what: str,
+    expected: str,
+    found: str,
+    *,
+    blocks: tuple[object, ...] = (),
+) -> InvariantViolation:
+    """Build the violation of invariant ``clause`` (``"I1"`` to ``"I4"``, ``"P1"`` to ``"P5"``).
 
     The message cites the invariant and its family, then the place
     (``where``: a position in a walk, or a sentinel), the value looked at
     (``what``), and what was expected versus found; the violation carries
-    each part as a field of the same name.
+    each part as a field of the same name, and ``blocks``, the blocks it is
+    about, if the caller names them.
 
     Runtime complexity: O(1)
 
@@ -150,6 +159,7 @@ def violation(clause: str, where: str, what: str, expected: str, found: str) -> 
         what=what,
         expected=expected,
         found=found,
+        blocks=blocks,
     )
 
 

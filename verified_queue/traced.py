@@ -577,7 +577,8 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         recent: tuple[Operation, ...] = ()
         count_written = operation_of(self._count_written[0]) if self._count_written else None
         if isinstance(error, InvariantViolation):
-            for block in self._damaged_blocks():
+            # The blocks a check named (a pool's clauses do), else those whose links disagree.
+            for block in error.blocks[:_DAMAGED_SHOWN] or self._damaged_blocks():
                 history = self.history_of(block) or BlockHistory(describe(block), None, None)
                 histories.append(history)
                 lines.append(

@@ -81,6 +81,7 @@ def test_violation_accepts_only_the_families() -> None:
         COUNT_CONSISTENCY,
         NO_DUPLICATES,
         DETACHED_OUTSIDE,
+        "block_pool",
     )
     with pytest.raises(ValueError, match="unknown invariant family"):
         InvariantViolation("message", "linkage")

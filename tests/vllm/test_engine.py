@@ -82,14 +82,14 @@ def test_only_the_tests_and_pyproject_leave_the_sdist(tmp_path: Path) -> None:
     assert engine._extract_tests(tmp_path, "9.9.9") == root
 
 
-def test_the_trace_test_is_copied_beside_a_configuration_of_its_own(tmp_path: Path) -> None:
-    """The trace test and its connector are copied out of the checkout, beside a pytest.ini."""
-    folder = engine._trace_test_path(tmp_path)
+def test_the_own_tests_are_copied_beside_a_configuration_of_their_own(tmp_path: Path) -> None:
+    """This repository's tests on vLLM, and what they load, are copied beside a pytest.ini."""
+    folder = engine._own_tests_path(tmp_path)
     assert sorted(path.name for path in folder.iterdir()) == sorted(
-        [*engine.TRACE_TEST_FILES, "pytest.ini"]
+        [*engine.OWN_TEST_FILES, "pytest.ini"]
     )
     source = Path(engine.__file__).resolve().parents[1] / "tests" / "vllm"
-    for name in engine.TRACE_TEST_FILES:
+    for name in engine.OWN_TEST_FILES:
         assert (folder / name).read_text("utf-8") == (source / name).read_text("utf-8")
 
 
@@ -102,12 +102,37 @@ def test_the_trace_test_is_copied_beside_a_configuration_of_its_own(tmp_path: Pa
     ],
     ids=["passed", "skipped", "failed"],
 )
-def test_only_a_passing_trace_test_passes_the_run(tmp_path: Path, body: str, passes: bool) -> None:
-    """The engine run fails on a trace test that fails or skips (no vLLM, no trace mode)."""
+def test_only_passing_own_tests_pass_the_run(tmp_path: Path, body: str, passes: bool) -> None:
+    """The engine run fails on an own test that fails or skips (no vLLM, no plugin mode)."""
     tests = tmp_path / "tests"
     tests.mkdir()
-    for name in engine.TRACE_TEST_FILES:
+    for name in engine.OWN_TEST_FILES:
         (tests / name).write_text(body if name.startswith("test_") else "", encoding="utf-8")
-    folder = engine._trace_test_path(tmp_path / "cache", tests)
-    problem = engine._run_trace_test(folder, tmp_path / "hf-home")
+    folder = engine._own_tests_path(tmp_path / "cache", tests)
+    problem = engine._run_own_test(folder, tmp_path / "hf-home", "test_engine_pool.py", "checked")
     assert (problem is None) == passes, problem
+
+
+def test_each_own_test_runs_in_each_of_its_modes_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool test as shipped, checked and trace, the trace test in trace; only modes asked."""
+    runs: list[tuple[str, str]] = []
+
+    def record(directory: Path, home: Path, test: str, mode: str) -> str | None:
+        del directory, home
+        runs.append((test, mode))
+        return f"{test} {mode}" if mode == "checked" else None
+
+    monkeypatch.setattr(engine, "_run_own_test", record)
+    problems = engine._run_own_tests(tmp_path, tmp_path / "hf-home", ["shipped", "checked"])
+    assert runs == [("test_engine_pool.py", "shipped"), ("test_engine_pool.py", "checked")]
+    assert problems == ["test_engine_pool.py checked"]
+    runs.clear()
+    engine._run_own_tests(tmp_path, tmp_path / "hf-home", list(engine.MODES))
+    assert runs == [
+        ("test_engine_trace.py", "trace"),
+        ("test_engine_pool.py", "shipped"),
+        ("test_engine_pool.py", "checked"),
+        ("test_engine_pool.py", "trace"),
+    ]

@@ -27,12 +27,7 @@ from typing import Any
 import pytest
 
 import verified_queue
-from conformance.wheel import (
-    WheelNotFoundError,
-    configured_versions,
-    configured_wheel,
-    load_vllm,
-)
+from conformance.wheel import load_vllm
 from verified_queue import AlreadyInQueueError, Block, InvariantViolation
 from verified_queue.queue import FreeBlockQueue
 from verified_queue.vllm import plugin
@@ -735,18 +730,6 @@ def test_without_the_trace_mode_the_records_name_vllms_block_pool(fake_vllm: Pat
 
 # ---------------------------------------------------------------------------
 # On vLLM's own files, read from its wheels.
-
-
-@pytest.fixture(params=configured_versions())
-def wheel(request: pytest.FixtureRequest) -> Path:
-    """A configured vLLM wheel of each release, or a skip."""
-    try:
-        found = configured_wheel(request.param)
-    except WheelNotFoundError as error:
-        pytest.fail(str(error))
-    if found is None:
-        pytest.skip("no vLLM wheel configured: run `tox -e vllm`")
-    return found
 
 
 @pytest.mark.parametrize("mode", ["production", "checked", "trace"])

@@ -50,7 +50,10 @@ Each method says which end it reaches; ``tests/kvcache/test_pool_nested_interrup
 shows the promise at every checkpoint and pins where it stops.
 
 The P-numbers name the pool's invariants; the free queue beneath keeps its own,
-I1..I5 of ``verified_queue.queue``. Where the two meet: a block that P2 puts
+I1..I5 of ``verified_queue.queue``. vLLM's ``BlockPool`` keeps P1..P5 too: check mode
+inside vLLM checks them there (:mod:`verified_queue.vllm.pool_checks`, which says what
+each means on vLLM's pool, and reports a break as ``InvariantViolation`` of the family
+``block_pool``). Where the two meet: a block that P2 puts
 outside the free queue (one a request holds) is detached (I4), and P4 is I5
 restated for the pool.
 

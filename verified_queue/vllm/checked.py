@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, SupportsIndex
 
-from verified_queue.checked import CheckedFreeBlockQueue
+from verified_queue.checked import MIN_FULL_CHECK_PERIOD, CheckedFreeBlockQueue
 from verified_queue.queue import FreeBlockQueue
+from verified_queue.vllm.pool_checks import (
+    FULL_CHECK,
+    check_block_pool,
+    check_moving,
+    pool_link_of,
+)
 
 __all__ = ["VllmCheckedFreeBlockQueue"]
 
@@ -45,8 +51,22 @@ def _caller_is_own(depth: int) -> bool:
     return name.startswith(_OWN_MODULE_PREFIX)
 
 
+#: The unlinks left before a periodic pool check, when the period is off (``full_check_every=0``).
+_NEVER: Final = 1 << 29
+
+
 class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
-    """:class:`CheckedFreeBlockQueue` that keeps vLLM's ``num_free_blocks`` counter apart.
+    """:class:`CheckedFreeBlockQueue` that checks vLLM's pool and keeps its counter apart.
+
+    **The pool.** Built from the blocks of a vLLM ``BlockPool`` (blocks whose
+    ``pool`` field names it), the queue also checks the pool's invariants
+    (P1, P2, P3, P5; :mod:`verified_queue.vllm.pool_checks` says what each
+    means there): every block that joins or leaves, in O(1) before anything
+    changes, and the whole pool at the start of an unlink every
+    ``full_check_every`` unlinks (``None``: ``max(1000, blocks of the pool)``)
+    and on :meth:`check_block_pool`.
+
+    **The counter.**
 
     vLLM's queue keeps ``num_free_blocks`` as a plain counter beside its list,
     and vLLM 0.34.0's own tests write it (``free_block_queue.num_free_blocks
@@ -61,14 +81,91 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     sees the true count.
     """
 
-    __slots__ = ("_count_offset",)
+    __slots__ = ("_count_offset", "_pool_link", "_pool_size", "_until_pool_check")
 
     _count_offset: int
+    # The ``pool`` field of the pool's blocks (None: no pool's queue, the clauses are off).
+    _pool_link: object
+    _pool_size: int
+    # Unlinks left until the next full check of the pool, in place (as check mode's countdown).
+    _until_pool_check: list[int]
 
     def __init__(self, blocks: Iterable[Any] = (), *, full_check_every: int | None = None) -> None:
-        """Link ``blocks`` as :class:`CheckedFreeBlockQueue` does, with no offset."""
-        self._count_offset = 0
+        """Link ``blocks`` as :class:`CheckedFreeBlockQueue` does, with no offset.
+
+        A list of blocks that name a pool (``block.pool``) makes this that
+        pool's free queue, whose clauses are checked.
+        """
+        start_pool_checks(self, blocks)
         super().__init__(blocks, full_check_every=full_check_every)
+
+    # The linking operations: the pool's clauses for each block that moves, checked before
+    # check mode's own operation changes anything; vLLM's queue's __init__ links with append_n.
+
+    def popleft(self) -> Any:
+        """Check the front block against the pool, then :meth:`CheckedFreeBlockQueue.popleft`.
+
+        Runtime complexity: O(1), plus the amortized O(1) checks of the queue and the pool
+        """
+        if self._pool_link is not None:
+            before_unlink(self, 1, "the start of popleft()")
+        return _checked_popleft(self)
+
+    def popleft_n(self, n: SupportsIndex) -> list[Any]:
+        """Check the first ``n`` blocks against the pool, then check mode's ``popleft_n``.
+
+        Runtime complexity: O(n), plus the amortized O(1) checks of the queue and the pool
+        """
+        if self._pool_link is not None:
+            before_unlink(self, n, "the start of popleft_n()")
+        return _checked_popleft_n(self, n)
+
+    def remove(self, block: Any) -> None:
+        """Check ``block`` against the pool, then :meth:`CheckedFreeBlockQueue.remove`.
+
+        Runtime complexity: O(1), plus the amortized O(1) checks of the queue and the pool
+        """
+        if self._pool_link is not None:
+            before_unlink(self, block, "the start of remove()")
+        _checked_remove(self, block)
+
+    def append(self, block: Any) -> None:
+        """Check ``block`` against the pool, then :meth:`CheckedFreeBlockQueue.append`.
+
+        Runtime complexity: O(1), plus the amortized O(1) checks of the queue
+        """
+        check_moving(self._pool_link, (block,), "the start of append()", joining=True)
+        _checked_append(self, block)
+
+    def append_n(self, blocks: Iterable[Any]) -> None:
+        """Check ``blocks`` against the pool, then :meth:`CheckedFreeBlockQueue.append_n`.
+
+        Runtime complexity: O(len(blocks)), plus the amortized O(1) checks of the queue
+        """
+        if type(blocks) is list:
+            check_moving(self._pool_link, blocks, "the start of append_n()", joining=True)
+        _checked_append_n(self, blocks)
+
+    def prepend_n(self, blocks: Iterable[Any]) -> None:
+        """Check ``blocks`` against the pool, then :meth:`CheckedFreeBlockQueue.prepend_n`.
+
+        Runtime complexity: O(len(blocks)), plus the amortized O(1) checks of the queue
+        """
+        if type(blocks) is list:
+            check_moving(self._pool_link, blocks, "the start of prepend_n()", joining=True)
+        _checked_prepend_n(self, blocks)
+
+    def check_block_pool(self) -> bool:
+        """Check the pool's invariants over all its blocks; ``False`` if there is no pool to check.
+
+        Raises :class:`~verified_queue.errors.InvariantViolation` (family
+        ``block_pool``) at the first break. Call it between two of the pool's
+        operations: inside one (``free_blocks`` between lowering the counts and
+        linking the blocks) the pool is half changed, as vLLM leaves it.
+
+        Runtime complexity: O(blocks of the pool + entries of its prefix cache)
+        """
+        return check_pool_now(self)
 
     @property
     def num_free_blocks(self) -> int:
@@ -91,3 +188,66 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     def count_offset(self) -> int:
         """How far vLLM's counter stands from the true count (0 unless written from outside)."""
         return self._count_offset
+
+
+# Check mode's operations, resolved once (a super() call builds a proxy on 3.10 and 3.11),
+# and shared with the trace level's vLLM queue, which calls these functions in their place.
+_checked_popleft = CheckedFreeBlockQueue.popleft
+_checked_popleft_n = CheckedFreeBlockQueue.popleft_n
+_checked_remove = CheckedFreeBlockQueue.remove
+_checked_append = CheckedFreeBlockQueue.append
+_checked_append_n = CheckedFreeBlockQueue.append_n
+_checked_prepend_n = CheckedFreeBlockQueue.prepend_n
+
+
+def start_pool_checks(queue: Any, blocks: Iterable[Any]) -> None:
+    """Set a new queue's pool state: no count offset, and the pool its ``blocks`` name."""
+    queue._count_offset = 0
+    queue._pool_link = pool_link_of(blocks)
+    queue._pool_size = len(blocks) if type(blocks) is list else 0
+    queue._until_pool_check = [1]  # the first unlink checks (nothing, in BlockPool.__init__)
+
+
+def _pool_period(queue: Any) -> int:
+    """Unlinks until the next full check of the pool, from ``full_check_every``."""
+    period: int | None = queue.full_check_every
+    size: int = queue._pool_size
+    if period is None:
+        return max(MIN_FULL_CHECK_PERIOD, size)
+    return period or _NEVER
+
+
+def check_pool_now(queue: Any, where: str = FULL_CHECK) -> bool:
+    """Check ``queue``'s whole pool and restart the countdown; see ``check_block_pool``."""
+    checked = check_block_pool(queue._pool_link, queue._members, where)
+    queue._until_pool_check[0] = _pool_period(queue)
+    return checked
+
+
+def before_unlink(queue: Any, what: object, where: str) -> None:
+    """The pool's checks before an unlink: the countdown's full check, and each block to leave.
+
+    ``what`` is a count of blocks from the front (``popleft``, ``popleft_n``)
+    or the block to remove. Only members are checked; anything else is the
+    queue's to refuse or diagnose, which check mode's operation then does.
+    """
+    until = queue._until_pool_check
+    until[0] -= 1
+    if until[0] <= 0:
+        # At the start of an unlink vLLM's pool is between two of its operations.
+        check_pool_now(queue, f"{FULL_CHECK}, run at {where}")
+    members = queue._members
+    link = queue._pool_link
+    if type(what) is not int:
+        if id(what) in members:
+            check_moving(link, (what,), where, joining=False)
+        return
+    try:
+        node = queue.fake_free_list_head.next_free_block
+        for _ in range(min(what, len(members))):
+            if id(node) not in members:
+                return
+            check_moving(link, (node,), where, joining=False)
+            node = node.next_free_block
+    except AttributeError:
+        return  # damaged links: check mode's operation names the damage

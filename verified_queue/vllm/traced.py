@@ -18,8 +18,13 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from verified_queue._trace_records import treat_as_library
+from verified_queue.errors import QueueError
 from verified_queue.traced import DEFAULT_HISTORY, TracedFreeBlockQueue
-from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
+from verified_queue.vllm.checked import (
+    VllmCheckedFreeBlockQueue,
+    check_pool_now,
+    start_pool_checks,
+)
 
 __all__ = ["KV_CACHE_CORE", "VllmTracedFreeBlockQueue", "pass_over_kv_cache_core"]
 
@@ -58,21 +63,34 @@ def pass_over_kv_cache_core(block_pool: Any) -> list[str]:
 
 
 class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
-    """:class:`TracedFreeBlockQueue` with :class:`VllmCheckedFreeBlockQueue`'s counter.
+    """:class:`TracedFreeBlockQueue` with :class:`VllmCheckedFreeBlockQueue`'s pool and counter.
 
+    The pool's invariants are checked as :class:`VllmCheckedFreeBlockQueue` checks
+    them, and a violation also names where its block was last linked and unlinked.
     An outside write of ``num_free_blocks`` (vLLM's own tests fake a full pool so)
     offsets the counter vLLM reads and is noted in the trace's history; it is never
     reported as damage. Every error of the trace level still names who linked and
     unlinked the blocks it is about.
     """
 
-    __slots__ = ("_count_offset",)
+    __slots__ = ("_count_offset", "_pool_link", "_pool_size", "_until_pool_check")
 
     _count_offset: int
+    _pool_link: object
+    _pool_size: int
+    _until_pool_check: list[int]
 
     # The same property objects: one definition of vLLM's counter for both modes.
     num_free_blocks = vars(VllmCheckedFreeBlockQueue)["num_free_blocks"]
     count_offset = vars(VllmCheckedFreeBlockQueue)["count_offset"]
+    # The trace level wraps check mode's operations (its _checked_*): here, the ones that
+    # check the pool first, so that a pool's violation is explained as any other error.
+    _checked_popleft = vars(VllmCheckedFreeBlockQueue)["popleft"]
+    _checked_popleft_n = vars(VllmCheckedFreeBlockQueue)["popleft_n"]
+    _checked_remove = vars(VllmCheckedFreeBlockQueue)["remove"]
+    _checked_append = vars(VllmCheckedFreeBlockQueue)["append"]
+    _checked_append_n = vars(VllmCheckedFreeBlockQueue)["append_n"]
+    _checked_prepend_n = vars(VllmCheckedFreeBlockQueue)["prepend_n"]
 
     def __init__(
         self,
@@ -81,6 +99,21 @@ class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
         full_check_every: int | None = None,
         history: int = DEFAULT_HISTORY,
     ) -> None:
-        """Link ``blocks`` as :class:`TracedFreeBlockQueue` does, with no offset."""
-        self._count_offset = 0
+        """Link ``blocks`` as :class:`TracedFreeBlockQueue` does, with no offset.
+
+        A list of blocks that name a pool makes this that pool's free queue, as
+        for :class:`VllmCheckedFreeBlockQueue`.
+        """
+        start_pool_checks(self, blocks)
         super().__init__(blocks, full_check_every=full_check_every, history=history)
+
+    def check_block_pool(self) -> bool:
+        """:meth:`VllmCheckedFreeBlockQueue.check_block_pool`; a violation carries the history.
+
+        Runtime complexity: O(blocks of the pool + entries of its prefix cache)
+        """
+        try:
+            return check_pool_now(self)
+        except QueueError as error:
+            self.annotate(error, "check_block_pool", ())
+            raise
