@@ -185,7 +185,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
             self.full_check()
 
     # Every operation starts with _begin (the count test, a tick of the full-check countdown)
-    # and every mutation ends with _check_count; both raise only QueueError, or the damage
+    # and every mutation ends with _check_count (each reads the count once: a subclass may make
+    # it a property, as vLLM's counter is); both raise only QueueError, or the damage
     # errors the operation's handler converts. popleft, append and remove keep inline copies:
     # as calls they cost 13-22% of such an operation on 3.11 (about 23 ns each of ~300 ns,
     # bench/check_mode_revision.py); a batch pays 3-4% at 10 blocks, noise from 50.
@@ -414,7 +415,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             # The inline form of _begin(): 13-22% of this operation as a call (see _begin).
             members = self._members
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
+            count = self.num_free_blocks
+            if count.__class__ is not int or count != len(members):
                 _diagnosis.expect_count(self, members, "the start of popleft()")
             until = self._until_full_check
             countdown = until[0] - 1
@@ -452,7 +454,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                 raise _diagnosis.not_taken_from_here(self, block, "the end of popleft()")
             if head.next_free_block.prev_free_block is not head:  # type: ignore[union-attr]  # I1
                 _diagnosis.check_front(self, members, "the end of popleft()")
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
+            count = self.num_free_blocks
+            if count.__class__ is not int or count != len(members):
                 _diagnosis.expect_count(self, members, "the end of popleft()")
             return block
         except QueueError:
@@ -523,7 +526,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             # The inline form of _begin(): 13-22% of this operation as a call (see _begin).
             members = self._members
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
+            count = self.num_free_blocks
+            if count.__class__ is not int or count != len(members):
                 _diagnosis.expect_count(self, members, "the start of remove()")
             until = self._until_full_check
             countdown = until[0] - 1
@@ -552,7 +556,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     "each naming the other",
                     f"{describe(before.next_free_block)} and {describe(after.prev_free_block)}",  # type: ignore[union-attr]  # checked
                 )
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
+            count = self.num_free_blocks
+            if count.__class__ is not int or count != len(members):
                 _diagnosis.expect_count(self, members, "the end of remove()")
         except QueueError:
             raise
@@ -578,7 +583,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
         try:
             # The inline form of _begin(): 13-22% of this operation as a call (see _begin).
             members = self._members
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
+            count = self.num_free_blocks
+            if count.__class__ is not int or count != len(members):
                 _diagnosis.expect_count(self, members, "the start of append()")
             until = self._until_full_check
             countdown = until[0] - 1
@@ -609,7 +615,8 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     f"the appended {describe(block)}",
                     describe(tail.prev_free_block, self.fake_free_list_head, tail),
                 )
-            if self.num_free_blocks.__class__ is not int or self.num_free_blocks != len(members):
+            count = self.num_free_blocks
+            if count.__class__ is not int or count != len(members):
                 _diagnosis.expect_count(self, members, "the end of append()")
         except QueueError:
             raise
@@ -639,13 +646,14 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     _diagnosis.reject_cleared_member(members, block, "the start of append_n()")
             if not self._back_is_sound():
                 _diagnosis.check_back(self, members, "the start of append_n()")
+            if not batch:
+                return  # nothing linked (vLLM's free_blocks often frees none to this end)
             before = self.fake_free_list_tail.prev_free_block
             self._super_append_n(batch)
-            members.update({id(block): block for block in batch})
+            members.update(zip(map(id, batch), batch, strict=True))
             if not self._back_is_sound():
                 _diagnosis.check_back(self, members, "the end of append_n()")
-            if batch:
-                _diagnosis.expect_joined(self, before, batch[0], "the end of append_n()")
+            _diagnosis.expect_joined(self, before, batch[0], "the end of append_n()")
             self._check_count(members, "the end of append_n()")
         except QueueError:
             raise
@@ -678,13 +686,14 @@ class CheckedFreeBlockQueue(FreeBlockQueue[B]):
                     _diagnosis.reject_cleared_member(members, block, "the start of prepend_n()")
             if not self._front_is_sound(0):
                 _diagnosis.check_front(self, members, "the start of prepend_n()")
+            if not batch:
+                return  # nothing linked (vLLM's free_blocks often frees none to this end)
             after = self.fake_free_list_head.next_free_block
             self._super_prepend_n(batch)
-            members.update({id(block): block for block in batch})
+            members.update(zip(map(id, batch), batch, strict=True))
             if not self._front_is_sound(0):
                 _diagnosis.check_front(self, members, "the end of prepend_n()")
-            if batch:
-                _diagnosis.expect_joined(self, batch[-1], after, "the end of prepend_n()")
+            _diagnosis.expect_joined(self, batch[-1], after, "the end of prepend_n()")
             self._check_count(members, "the end of prepend_n()")
         except QueueError:
             raise

@@ -30,6 +30,8 @@ __trace_library__ = True
 _OWN_MODULE_PREFIX: Final = "verified_queue."
 #: The production class's own storage of the count (a slot, or a compiled attribute).
 _COUNT: Any = vars(FreeBlockQueue)["num_free_blocks"]
+#: The globals of the production queue's module, whose frames write the count on the pure build.
+_PRODUCTION_GLOBALS: Final = vars(sys.modules[FreeBlockQueue.__module__])
 
 
 #: Frames that only pass an assignment on, so the code that made it is the frame above:
@@ -167,17 +169,22 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         """
         return check_pool_now(self)
 
+    # Read and written at every operation (check mode's count tests, the production queue's
+    # writes, vLLM's get_num_free_blocks): the frame is looked at only where it decides.
+
     @property
     def num_free_blocks(self) -> int:
         """The true count for this package's code; ``true + offset`` for vLLM and the rest."""
         true_count: int = _COUNT.__get__(self, type(self))
-        if _caller_is_own(2):
+        offset = self._count_offset
+        if offset == 0 or _caller_is_own(2):  # no offset: the same count for every reader
             return true_count
-        return true_count + self._count_offset
+        return true_count + offset
 
     @num_free_blocks.setter
     def num_free_blocks(self, value: int) -> None:
-        if _caller_is_own(2):
+        # The production queue's own writes (the pure build's, from queue.py) first, in one test.
+        if sys._getframe(1).f_globals is _PRODUCTION_GLOBALS or _caller_is_own(2):
             _COUNT.__set__(self, value)
             return
         if value.__class__ is not int or value < 0:
@@ -247,7 +254,14 @@ def before_unlink(queue: Any, what: object, where: str) -> None:
         for _ in range(min(what, len(members))):
             if id(node) not in members:
                 return
-            check_moving(link, (node,), where, joining=False)
+            # check_moving's first test, inline: this walk runs at every allocation.
+            if (
+                node.ref_cnt != 0
+                or node.is_null
+                or node.pool is not link
+                or node.block_hash is not None
+            ):
+                check_moving(link, (node,), where, joining=False)
             node = node.next_free_block
     except AttributeError:
         return  # damaged links: check mode's operation names the damage
