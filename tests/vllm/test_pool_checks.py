@@ -453,6 +453,7 @@ def test_a_queue_of_no_pool_checks_no_clause() -> None:
     held = standin_block(1, None, ref_cnt=3, is_null=True)
     assert pool_link_of([held]) is None
     assert pool_link_of(iter([held])) is None
+    assert pool_link_of([object()]) is None  # no pool field at all
     check_moving(None, [held], "here", joining=True)
     check_moving(None, [held], "here", joining=False)
 
@@ -515,3 +516,262 @@ def test_a_cache_layout_of_no_shipped_release_is_refused(cache: object) -> None:
     """Refused, naming what was found, rather than checked in part."""
     with pytest.raises(PoolLayoutError, match="cannot be checked by this version"):
         list(_cache_entries(cache))
+
+
+# ---------------------------------------------------------------------------
+# The whole-pool check and the messages, on a stand-in pool (no vLLM).
+
+
+class StandinMap:
+    """A prefix cache in vLLM 0.34.0's layout: a hash to one block id, shared hashes apart."""
+
+    def __init__(self) -> None:
+        self._cache: dict[bytes, int] = {}
+        self._dup_ids: dict[bytes, dict[int, None]] = {}
+
+    def contain(self, key: bytes, block_id: int) -> bool:
+        shared = self._dup_ids.get(key)
+        return block_id in shared if shared is not None else self._cache.get(key) == block_id
+
+
+class WholeStandinPool:
+    """A pool of ``size`` free blocks naming it weakly, block 0 the null block, nothing cached."""
+
+    def __init__(self, size: int, *, built: bool = True) -> None:
+        self.link = weakref.ref(self)
+        self.blocks = [standin_block(index, self.link) for index in range(size)]
+        self.cached_block_hash_to_block = StandinMap()
+        if built:
+            self.null_block = self.blocks[0]
+            self.null_block.is_null = True
+
+    def free_members(self) -> dict[int, Any]:
+        return {id(block): block for block in self.blocks[1:] if block.ref_cnt == 0}
+
+
+def test_the_full_check_says_whether_there_was_a_pool_to_check() -> None:
+    """True once checked; False with no pool, a pool gone, or one still being built."""
+    pool = WholeStandinPool(4)
+    assert check_block_pool(pool.link, pool.free_members()) is True
+    assert check_block_pool(None, {}) is False
+    assert check_block_pool(weakref.ref(StandinPool()), {}) is False  # collected at once
+    building = WholeStandinPool(4, built=False)
+    assert check_block_pool(building.link, {}) is False
+
+
+def test_a_pool_without_extra_hashes_is_checked_by_its_primary_hashes() -> None:
+    """vLLM releases before the extra hashes: the primary hash alone decides P3."""
+    pool = WholeStandinPool(4)
+    assert not hasattr(pool, "cached_block_hashes_by_block")
+    pool.blocks[2].block_hash = b"k"
+    pool.cached_block_hash_to_block._cache[b"k"] = 2
+    assert check_block_pool(pool.link, pool.free_members()) is True
+    del pool.cached_block_hash_to_block._cache[b"k"]
+    with pytest.raises(InvariantViolation, match="expected its hash mapped to block 2"):
+        check_block_pool(pool.link, pool.free_members())
+
+
+def test_a_block_of_another_pool_in_the_queue_is_named() -> None:
+    """Only the pool's own blocks are free (P5): a stranger with an id the pool also has."""
+    pool, other = WholeStandinPool(4), WholeStandinPool(4)
+    members = pool.free_members()
+    members[id(other.blocks[2])] = other.blocks[2]
+    with pytest.raises(InvariantViolation) as caught:
+        check_block_pool(pool.link, members)
+    assert (caught.value.clause, caught.value.blocks) == ("P5", (other.blocks[2],))
+    assert caught.value.found == "4 blocks, 1 of them not the pool's"
+    assert caught.value.expected == "only the pool's blocks: 3 with ref_cnt 0"
+
+
+def test_a_hash_whose_pool_is_gone_is_not_a_violation() -> None:
+    """A block naming a pool that was collected: nothing is left to disagree with."""
+    gone = weakref.ref(StandinPool())
+    check_moving(gone, [standin_block(1, gone, block_hash=b"k")], "here", joining=True)
+
+
+@pytest.mark.parametrize(
+    ("fields", "joining", "message"),
+    [
+        (
+            {"is_null": True},
+            True,
+            "P1 (block_pool) broken at here: the null block {block}: "
+            "expected never in the free queue, never freed, found it joins the free queue",
+        ),
+        (
+            {"ref_cnt": 2},
+            False,
+            "P2 (block_pool) broken at here: ref_cnt of {block}: expected 0 (a block is in "
+            "the free queue exactly when no request holds it), found 2 as it leaves the free "
+            "queue",
+        ),
+        (
+            {"block_hash": b"k"},
+            True,
+            "P3 (block_pool) broken at here: the prefix cache's entry for the block_hash of "
+            "{block}: expected its hash mapped to block 1, found no such entry as it joins "
+            "the free queue",
+        ),
+        (
+            {"pool": None},
+            False,
+            "P5 (block_pool) broken at here: the pool of {block}: expected the pool whose free "
+            "queue this is, found no pool, as it leaves the free queue",
+        ),
+    ],
+    ids=["P1", "P2", "P3", "P5"],
+)
+def test_each_clause_says_what_it_expected_and_found(
+    fields: dict[str, Any], joining: bool, message: str
+) -> None:
+    """The whole message of each clause, as a user reads it."""
+    pool = WholeStandinPool(2)
+    others = {name: value for name, value in fields.items() if name != "pool"}
+    block = standin_block(1, fields.get("pool", pool.link), **others)
+    with pytest.raises(InvariantViolation) as caught:
+        check_moving(pool.link, [block], "here", joining=joining)
+    assert str(caught.value) == message.format(block=block)
+
+
+def test_the_pool_a_stranger_names_is_told() -> None:
+    """Another pool, a pool gone, an object whose fields cannot be read: each said so."""
+    pool, other = WholeStandinPool(2), WholeStandinPool(2)
+    with pytest.raises(InvariantViolation) as named:
+        check_moving(pool.link, [standin_block(1, other.link)], "here", joining=True)
+    assert named.value.found == (
+        f"another pool (WholeStandinPool at {id(other):#x}), as it joins the free queue"
+    )
+    gone = weakref.ref(StandinPool())
+    with pytest.raises(InvariantViolation, match="found a pool that is gone, as it joins"):
+        check_moving(pool.link, [standin_block(1, gone)], "here", joining=True)
+    bare = SimpleNamespace(prev_free_block=None, next_free_block=None)
+    with pytest.raises(InvariantViolation) as caught:
+        check_moving(pool.link, [bare], "here", joining=True)
+    assert caught.value.expected == "a block of the pool whose free queue this is"
+    assert (caught.value.what, caught.value.blocks) == (repr(bare), (bare,))
+    assert caught.value.found is not None
+    assert caught.value.found.startswith("an object whose fields cannot be read (AttributeError(")
+    assert caught.value.where == "here"
+
+
+WHERE = "the check of vLLM's BlockPool"
+
+
+def whole_message(pool: WholeStandinPool, members: dict[int, Any] | None = None) -> str:
+    """The message of the whole-pool check's violation on ``pool``."""
+    with pytest.raises(InvariantViolation) as caught:
+        check_block_pool(pool.link, pool.free_members() if members is None else members)
+    assert caught.value.where == WHERE
+    return str(caught.value)
+
+
+def test_the_full_check_says_what_it_found_for_each_clause() -> None:
+    """Each branch of the whole-pool check, its whole message as a user reads it."""
+    pool = WholeStandinPool(4)
+    pool.blocks[3].block_id = 4
+    assert whole_message(pool) == (
+        f"P5 (block_pool) broken at {WHERE}: blocks[3] of the pool, {pool.blocks[3]!r}: "
+        "expected block_id 3, naming this pool, found block_id 4, naming this pool"
+    )
+    pool, other = WholeStandinPool(4), WholeStandinPool(4)
+    pool.blocks[2].pool = other.link
+    assert whole_message(pool).endswith(
+        f"found block_id 2, naming another pool (WholeStandinPool at {id(other):#x})"
+    )
+    pool = WholeStandinPool(4)
+    members = pool.free_members()
+    members[id(pool.null_block)] = pool.null_block
+    assert whole_message(pool, members) == (
+        f"P1 (block_pool) broken at {WHERE}: {pool.null_block!r}: expected the pool's null "
+        "block alone marked null, and never in the free queue, found in the free queue"
+    )
+    pool = WholeStandinPool(4)
+    pool.blocks[1].is_null = True
+    assert whole_message(pool, {}).endswith(", found marked null, not the pool's null block")
+    for count, member, found in ((-1, True, "-1, in"), (0, False, "0, not in"), (1, True, "1, in")):
+        pool = WholeStandinPool(4)
+        pool.blocks[2].ref_cnt = count
+        members = pool.free_members()
+        if member:
+            members[id(pool.blocks[2])] = pool.blocks[2]
+        else:
+            del members[id(pool.blocks[2])]
+        assert whole_message(pool, members) == (
+            f"P2 (block_pool) broken at {WHERE}: ref_cnt of {pool.blocks[2]!r}: expected 0 "
+            f"exactly for the blocks in the free queue, and never below 0, found {found} the "
+            "free queue"
+        )
+
+
+def test_the_full_check_reads_the_prefix_cache_both_ways() -> None:
+    """A hash the cache does not map, an extra hash without a primary or unmapped, a stale entry."""
+    pool = WholeStandinPool(4)
+    pool.blocks[2].block_hash = b"k"
+    assert whole_message(pool) == (
+        f"P3 (block_pool) broken at {WHERE}: the prefix cache's entry for the block_hash of "
+        f"{pool.blocks[2]!r}: expected its hash mapped to block 2, found no such entry"
+    )
+    pool = WholeStandinPool(4)
+    pool.cached_block_hashes_by_block = {2: {b"x"}}  # type: ignore[attr-defined]
+    pool.cached_block_hash_to_block._cache[b"x"] = 2
+    assert whole_message(pool) == (
+        f"P3 (block_pool) broken at {WHERE}: an extra hash of {pool.blocks[2]!r} "
+        "(cached_block_hashes_by_block): expected beside a primary hash, and mapped to block 2, "
+        "found no primary hash"
+    )
+    pool.blocks[2].block_hash = b"k"
+    pool.cached_block_hash_to_block._cache[b"k"] = 2
+    assert check_block_pool(pool.link, pool.free_members()) is True  # primary and extra mapped
+    del pool.cached_block_hash_to_block._cache[b"x"]
+    assert whole_message(pool).endswith("found no entry for b'x'")
+    pool = WholeStandinPool(4)
+    pool.cached_block_hash_to_block._cache[b"k"] = 2  # an entry its block does not carry
+    assert whole_message(pool) == (
+        f"P3 (block_pool) broken at {WHERE}: the prefix cache's entry b'k': expected the hash "
+        f"of block 2, which it maps to, found {pool.blocks[2]!r}"
+    )
+    pool.cached_block_hash_to_block._cache[b"k"] = 4  # an entry for no block at all
+    assert whole_message(pool).endswith("which it maps to, found no such block")
+    with pytest.raises(InvariantViolation) as caught:
+        check_block_pool(pool.link, pool.free_members())
+    assert caught.value.blocks == ()
+
+
+def test_strangers_in_the_queue_are_named_four_at_most() -> None:
+    """The free count's break names the first four blocks that are not the pool's."""
+    pool = WholeStandinPool(4)
+    members = pool.free_members()
+    strangers = [standin_block(index, None) for index in (0, 2, 4, 7)]
+    strangers.append(SimpleNamespace(prev_free_block=None, next_free_block=None))  # no block_id
+    members.update((id(stranger), stranger) for stranger in strangers)
+    with pytest.raises(InvariantViolation) as caught:
+        check_block_pool(pool.link, members)
+    assert str(caught.value) == (
+        f"P5 (block_pool) broken at {WHERE}: the free queue: expected only the pool's blocks: "
+        "3 with ref_cnt 0, found 8 blocks, 5 of them not the pool's"
+    )
+    assert caught.value.blocks == tuple(strangers[:4])
+
+
+def test_an_entry_for_the_null_block_is_a_stale_entry() -> None:
+    """An entry mapping a hash to block 0: the null block, which carries none."""
+    pool = WholeStandinPool(4)
+    pool.cached_block_hash_to_block._cache[b"k"] = 0
+    assert whole_message(pool).endswith(f"which it maps to, found {pool.null_block!r}")
+
+
+def test_a_layout_neither_release_shipped_is_named() -> None:
+    """PoolLayoutError says what it found and what to do; ids without _dup_ids are read alone."""
+    assert list(_cache_entries(SimpleNamespace(_cache={b"a": 1}))) == [(b"a", 1)]
+    with pytest.raises(PoolLayoutError) as table:
+        list(_cache_entries(SimpleNamespace()))
+    assert str(table.value) == (
+        "vLLM's prefix cache (SimpleNamespace) keeps no _cache dict: the pool clause P3 cannot "
+        "be checked by this version of verified_queue; use VERIFIED_QUEUE_VLLM=production"
+    )
+    with pytest.raises(PoolLayoutError) as entry:
+        list(_cache_entries(SimpleNamespace(_cache={b"a": "a block?"})))
+    assert str(entry.value) == (
+        "vLLM's prefix cache holds str under a hash: the pool clause P3 cannot be checked by "
+        "this version of verified_queue; use VERIFIED_QUEUE_VLLM=production"
+    )
