@@ -22,8 +22,10 @@ from verified_queue import (
     CheckedFreeBlockQueue,
     InvariantViolation,
     NotInQueueError,
+    QueueError,
     WrongTypeError,
 )
+from verified_queue._messages import has_links
 from verified_queue.invariants import (
     COUNT_CONSISTENCY,
     NO_DUPLICATES,
@@ -334,3 +336,47 @@ def test_a_batch_that_is_not_iterable_gets_the_production_refusal(method: str) -
         getattr(FreeBlockQueue([Block()]), method)(7)
     assert str(production.value) == str(caught.value)
     assert queue.get_all_free_blocks() == blocks
+
+
+class _OneLink:
+    """An object with a ``next_free_block`` and no ``prev_free_block``: not a block."""
+
+    next_free_block = None
+
+
+@pytest.mark.parametrize("name", ["append_n", "prepend_n"])
+@pytest.mark.parametrize(
+    "order", ["not a block, then linked", "linked, then not a block", "one link, then detached"]
+)
+def test_a_mixed_batch_is_refused_for_its_first_bad_item_as_production_does(
+    name: str, order: str
+) -> None:
+    """A non-block and a linked block in one batch: the error of whichever comes first."""
+    errors = []
+    for cls in (FreeBlockQueue, CheckedFreeBlockQueue):
+        blocks = [Block() for _ in range(3)]
+        queue = cls(blocks[:2])
+        batch: list[Any] = {
+            "not a block, then linked": [5, blocks[0]],
+            "linked, then not a block": [blocks[0], 5],
+            "one link, then detached": [_OneLink(), blocks[2]],
+        }[order]
+        with pytest.raises(QueueError) as caught:
+            getattr(queue, name)(batch)
+        errors.append((type(caught.value), str(caught.value).split(" at 0x")[0]))
+        assert queue.get_all_free_blocks() == blocks[:2]
+    assert errors[0] == errors[1]
+    assert errors[0][0] is (AlreadyInQueueError if order.startswith("linked") else WrongTypeError)
+
+
+def test_a_block_has_both_links_or_none_that_count() -> None:
+    """The one definition of "has the two links": one link is not enough, a raising lookup none."""
+
+    class RaisingLookup:
+        def __getattr__(self, name: str) -> object:
+            raise KeyError(name)
+
+    assert has_links(Block())
+    assert not has_links(_OneLink())
+    assert not has_links(object())
+    assert not has_links(RaisingLookup())
