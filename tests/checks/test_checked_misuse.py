@@ -380,3 +380,38 @@ def test_a_block_has_both_links_or_none_that_count() -> None:
     assert not has_links(_OneLink())
     assert not has_links(object())
     assert not has_links(RaisingLookup())
+
+
+class _RaisingEverywhere:
+    """A value whose every attribute lookup raises KeyError, written where the queue reads."""
+
+    def __getattribute__(self, name: str) -> object:
+        raise KeyError(name)
+
+
+_CHANGED_UNDER_THE_CHECK = (
+    "I1 (sentinel_linkage) broken at the walk: the links the check read: expected the same "
+    "links when read again, found KeyError: '__class__' (the queue changed while it was being "
+    "checked: another thread, or a finalizer?)"
+)
+
+
+def test_a_sentinel_whose_lookups_raise_is_damage_to_the_full_check() -> None:
+    """Not a raw KeyError: the full check's own walk is the diagnosis, naming what was raised."""
+    queue, _ = checked(3)
+    head = queue.fake_free_list_head
+    queue.fake_free_list_head = _RaisingEverywhere()  # type: ignore[assignment]  # damage
+    with pytest.raises(InvariantViolation) as caught:
+        queue.full_check()
+    assert str(caught.value) == _CHANGED_UNDER_THE_CHECK
+    queue.fake_free_list_head = head
+    queue.full_check()
+
+
+def test_a_count_whose_lookups_raise_is_damage_to_iter_blocks_after() -> None:
+    """The same for the count iter_blocks_after tests first."""
+    queue, _ = checked(3)
+    queue.num_free_blocks = _RaisingEverywhere()  # type: ignore[assignment]  # damage
+    with pytest.raises(InvariantViolation) as caught:
+        queue.iter_blocks_after(None)
+    assert str(caught.value) == _CHANGED_UNDER_THE_CHECK
