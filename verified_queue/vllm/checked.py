@@ -12,7 +12,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any, Final, SupportsIndex
 
-from verified_queue.checked import MIN_FULL_CHECK_PERIOD, CheckedFreeBlockQueue
+# _NEVER: check mode's countdown when the period is off, the pool's too (one definition).
+from verified_queue.checked import _NEVER, MIN_FULL_CHECK_PERIOD, CheckedFreeBlockQueue
 from verified_queue.queue import FreeBlockQueue
 from verified_queue.vllm.pool_checks import (
     FULL_CHECK,
@@ -51,10 +52,6 @@ def _caller_is_own(depth: int) -> bool:
         frame = frame.f_back
         name = frame.f_globals.get("__name__", "")
     return name.startswith(_OWN_MODULE_PREFIX)
-
-
-#: The unlinks left before a periodic pool check, when the period is off (``full_check_every=0``).
-_NEVER: Final = 1 << 29
 
 
 class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
