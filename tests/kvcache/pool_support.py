@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import SupportsIndex
 
-from tests.interrupt_support import Interrupted
+from specs.interrupts import Interrupted
 from verified_queue import CheckedFreeBlockQueue
 from verified_queue.kvcache.block import KVCacheBlock
 from verified_queue.kvcache.keys import BlockHash, hash_request_tokens

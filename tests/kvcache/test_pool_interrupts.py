@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.interrupt_support import Interrupted
+from specs.interrupts import Interrupted
 from tests.kvcache.pool_support import InterruptedAfterTakingQueue
 from verified_queue.kvcache import pool as pool_module
 from verified_queue.kvcache.keys import hash_request_tokens

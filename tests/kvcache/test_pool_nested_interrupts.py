@@ -1,6 +1,6 @@
 """Each pool call cut short at any checkpoint, and again at any later one, ends as before or after.
 
-The exceptions are injected deterministically (:mod:`tests.interrupt_support`) at every point
+The exceptions are injected deterministically (:mod:`specs.interrupts`) at every point
 where the interpreter can run a signal handler: in the frames of the pool and its repairs
 (``pool.py``, ``_repair.py``) and, on the pure build, of the queue and its undo (``queue.py``,
 ``_undo.py``); on the compiled build those two run as native code, and an interrupt can land
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import verified_queue
-from tests.interrupt_support import Faults, Interrupted, at_checkpoints, code_objects
+from specs.interrupts import Faults, Interrupted, at_checkpoints, code_objects
 from tests.kvcache.pool_support import InterruptedAfterTakingQueue
 from verified_queue import _undo as undo_module
 from verified_queue import queue as queue_module

@@ -1,11 +1,11 @@
 """A batch's undo completes whatever exception arrives while it runs, and re-raises it.
 
-The exceptions are injected deterministically by :mod:`tests.interrupt_support` (the pool's
+The exceptions are injected deterministically by :mod:`specs.interrupts` (the pool's
 tests use it too) at every point where the interpreter can run a signal handler in the frames
 of the queue and its undo (a function's start, before and after a call, a loop's back edge,
 and on Python 3.10 a conditional jump taken and an exception handler's start); and, during
 the undo, at every link write, by blocks whose link setters fail, counted by the same
-:class:`~tests.interrupt_support.Faults`. Each case is tried with one exception at each point
+:class:`~specs.interrupts.Faults`. Each case is tried with one exception at each point
 and a second one at each later point.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import verified_queue
-from tests.interrupt_support import (
+from specs.interrupts import (
     Faults,
     Interrupted,
     at_checkpoints,

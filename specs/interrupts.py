@@ -1,4 +1,4 @@
-"""Exceptions injected where the interpreter may run a signal handler: the interrupt tests.
+"""Exceptions injected where the interpreter may run a signal handler: the fault model's points.
 
 :func:`at_checkpoints` counts every point of the chosen modules' frames where CPython may
 run a signal handler, and raises :class:`Interrupted` at the event numbers a
