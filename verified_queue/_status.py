@@ -15,13 +15,26 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["FINDER_MARK", "Status", "current", "is_plugin_finder", "plugin_installation"]
+__all__ = [
+    "BLOCK_NAME",
+    "FINDER_MARK",
+    "QUEUE_NAME",
+    "Status",
+    "current",
+    "is_plugin_finder",
+    "loaded_vllm_modules",
+    "plugin_installation",
+]
 
 #: The attribute that marks the plugin's finder in ``sys.meta_path`` (on its class, ``True``).
 FINDER_MARK: Final = "_verified_queue_rebinds_vllm"
+#: The names the plugin rebinds in vLLM's modules: its queue, and (compiled) its block.
+QUEUE_NAME: Final = "FreeKVCacheBlockQueue"
+BLOCK_NAME: Final = "KVCacheBlock"
 
 
 def is_plugin_finder(finder: object) -> bool:
@@ -49,6 +62,22 @@ def plugin_installation() -> Any:
     return None
 
 
+def loaded_vllm_modules() -> list[types.ModuleType]:
+    """Every loaded module of vLLM's (``vllm`` or ``vllm.*``, not ``vllm_...``), in load order.
+
+    Runtime complexity: O(len(sys.modules))
+
+    >>> all(module.__name__.startswith("vllm") for module in loaded_vllm_modules())
+    True
+    """
+    return [
+        module
+        for name, module in list(sys.modules.items())
+        if (name == "vllm" or name.startswith("vllm."))
+        and isinstance(getattr(module, "__dict__", None), dict)  # sys.modules may hold None
+    ]
+
+
 def _name(value: object) -> str:
     """A class's dotted name (``module.QualName``), or the ``repr`` of anything else."""
     if isinstance(value, type):
@@ -57,18 +86,22 @@ def _name(value: object) -> str:
 
 
 def _rebound(installation: Any) -> tuple[str, ...]:
-    """Each vLLM name the installation rebound and that still holds its class, sorted.
+    """Each vLLM name that holds the installation's class, sorted.
 
-    ``"vllm.v1.core.block_pool.FreeKVCacheBlockQueue -> verified_queue.queue.FreeBlockQueue"``;
-    a name rebound twice (a module executed again) is listed once, and one that code
+    ``"vllm.v1.core.block_pool.FreeKVCacheBlockQueue -> verified_queue.queue.FreeBlockQueue"``:
+    each name the plugin rebound (listed once, if a module was executed again), and each
+    that a vLLM module executed since imported from ``kv_cache_utils``; one that code
     outside the plugin bound to something else since is left out: it is no longer in force.
     """
-    ours = [installation.queue, installation.block]
+    ours = [cls for cls in (installation.queue, installation.block) if cls is not None]
+    modules = [module for module, _name_, _original in installation.replaced]
     found: set[str] = set()
-    for module, name, _original in installation.replaced:
-        bound = getattr(module, "__dict__", {}).get(name)
-        if any(bound is cls for cls in ours if cls is not None):
-            found.add(f"{getattr(module, '__name__', '?')}.{name} -> {_name(bound)}")
+    for module in [*modules, *loaded_vllm_modules()]:
+        namespace = getattr(module, "__dict__", {})
+        for name in (QUEUE_NAME, BLOCK_NAME):
+            bound = namespace.get(name)
+            if any(bound is cls for cls in ours):
+                found.add(f"{getattr(module, '__name__', '?')}.{name} -> {_name(bound)}")
     return tuple(sorted(found))
 
 

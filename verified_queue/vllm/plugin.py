@@ -60,7 +60,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import verified_queue
-from verified_queue._status import is_plugin_finder, plugin_installation
+from verified_queue._status import (
+    BLOCK_NAME,
+    QUEUE_NAME,
+    is_plugin_finder,
+    loaded_vllm_modules,
+    plugin_installation,
+)
 from verified_queue.block import LINK_FIELDS, Block
 from verified_queue.queue import FreeBlockQueue
 
@@ -93,8 +99,6 @@ MODES: Final = {
 #: The vLLM modules that define (the first) and use the queue and the block.
 KV_CACHE_UTILS: Final = "vllm.v1.core.kv_cache_utils"
 BLOCK_POOL: Final = "vllm.v1.core.block_pool"
-QUEUE_NAME: Final = "FreeKVCacheBlockQueue"
-BLOCK_NAME: Final = "KVCacheBlock"
 #: The logger, under vLLM's own, so vLLM's handlers and format print the line.
 LOGGER_NAME: Final = "vllm.plugins.verified_queue"
 #: What vLLM's queue must offer for this package's queue to stand in for it.
@@ -272,6 +276,9 @@ class _Installation:
         self.queue = queue
         self.block = block
         self.replaced: list[tuple[types.ModuleType, str, object]] = []
+        #: vLLM's class each name held in ``kv_cache_utils`` before it was first replaced:
+        #: what a module that imported the name from there while installed gets back.
+        self.originals: dict[str, object] = {}
 
     def rebind(self, module: types.ModuleType) -> bool:
         """Bind the queue (and block) in ``module`` where it bound vLLM's; say if it did."""
@@ -286,6 +293,8 @@ class _Installation:
             and current.__module__ == KV_CACHE_UTILS
         ):
             self.replaced.append((module, QUEUE_NAME, current))
+            if module.__name__ == KV_CACHE_UTILS:
+                self.originals.setdefault(QUEUE_NAME, current)
             namespace[QUEUE_NAME] = self.queue
             changed = True
         block = namespace.get(BLOCK_NAME)
@@ -297,17 +306,31 @@ class _Installation:
             and block.__module__ == KV_CACHE_UTILS
         ):
             self.replaced.append((module, BLOCK_NAME, block))
+            if module.__name__ == KV_CACHE_UTILS:
+                self.originals.setdefault(BLOCK_NAME, block)
             namespace[BLOCK_NAME] = self.block
             changed = True
         return changed
 
+    def restore(self) -> None:
+        """Put vLLM's classes back: every name replaced, and every name that took ours since.
+
+        A vLLM module executed while installed imported the rebound names from
+        ``kv_cache_utils`` itself, so no binding of it was replaced; each of its names
+        that holds this installation's class gets vLLM's original back too.
+        """
+        for module, name, original in reversed(self.replaced):
+            vars(module)[name] = original
+        ours = {QUEUE_NAME: self.queue, BLOCK_NAME: self.block}
+        for module in loaded_vllm_modules():
+            namespace = vars(module)
+            for name, cls in ours.items():
+                if cls is not None and namespace.get(name) is cls and name in self.originals:
+                    namespace[name] = self.originals[name]
+
     def rebind_loaded(self) -> list[str]:
         """Rebind every loaded vLLM module; return the names of those changed."""
-        return [
-            name
-            for name, module in list(sys.modules.items())
-            if (name == "vllm" or name.startswith("vllm.")) and self.rebind(module)
-        ]
+        return [module.__name__ for module in loaded_vllm_modules() if self.rebind(module)]
 
 
 class _RebindingLoader(importlib.abc.Loader):
@@ -487,8 +510,7 @@ def uninstall() -> None:
         if _is_plugin_finder(finder)
     ]
     for installation in installations:
-        for module, name, original in reversed(installation.replaced):
-            vars(module)[name] = original
+        installation.restore()
     sys.meta_path[:] = [finder for finder in sys.meta_path if not _is_plugin_finder(finder)]
 
 
