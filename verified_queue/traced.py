@@ -236,10 +236,10 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             self._set_attribute(name, value)
 
     def __delattr__(self, name: str) -> None:
-        """Note a deletion of ``num_free_blocks``, then delete."""
+        """Delete, then note a deletion of ``num_free_blocks`` (a refused one deleted nothing)."""
+        super().__delattr__(name)
         if name == "num_free_blocks":
             self._note_count_write("deleted")
-        super().__delattr__(name)
 
     def _note_count_write(self, what: str) -> None:
         """Record the frame that writes the count from outside: the culprit, wherever it is."""

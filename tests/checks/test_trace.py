@@ -7,6 +7,7 @@ pass) and against recorders with a planted bug (each bug fails at least one clai
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import gc
 import os
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 
+import verified_queue
+from specs.interrupts import Faults, Interrupted, at_checkpoints
 from tests.checks.test_check_switch import run_fresh
 from tests.checks.test_checked_damage import DAMAGE, _every_operation
 from verified_queue import (
@@ -964,3 +967,24 @@ def test_the_switch_selects_the_trace_level_and_loads_it_only_then(
     report = run_fresh(SWITCH_PROBE, value)
     keys = ["level", "class", "direct", "loaded_at_import", "loaded"]
     assert [report[key] for key in keys] == expected
+
+
+def test_an_interrupt_in_the_count_write_is_damage_the_next_check_reports() -> None:
+    """The boundary of the fault contract at the trace level (docs/usage.md).
+
+    ``popleft`` writes the count after the links, through the trace level's interpreted
+    ``__setattr__``; an exception at that method's start leaves the links written and the
+    count not. It is damage, and the next full check reports it as I2. On the compiled
+    build the queue's own methods write the count natively: no checkpoint is reached.
+    """
+    queue = TracedFreeBlockQueue([Block() for _ in range(3)])
+    faults = Faults(at=frozenset({1}))
+    codes = {TracedFreeBlockQueue.__setattr__.__code__}
+    with contextlib.suppress(Interrupted), at_checkpoints(faults, codes):
+        queue.popleft()
+    if verified_queue.COMPILED and not faults.fired:
+        assert len(queue) == 2
+        return
+    assert faults.fired
+    with pytest.raises(InvariantViolation, match=r"I2 \(count_consistency\).*found 3"):
+        queue.full_check()
