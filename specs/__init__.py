@@ -11,9 +11,13 @@ the package never imports it.
 - :mod:`specs.exhaustive`: every operation from every state of a queue of up to N blocks.
 - :mod:`specs.contracts`: CrossHair contracts relating the queue to the model;
   :mod:`specs.crosshair_run` runs CrossHair on them and counts the paths it explored.
-- :mod:`specs.proof`: the all-sizes proof (z3) of the linking operations, a package: the
-  symbolic heap, the translator of the queue's source, the model's cases, the loop
-  invariants, the obligations and the driver.
+- :mod:`specs.proof`: the all-sizes proof (z3) of the queue's public methods and of the walk
+  its iterators return, a package: the symbolic heap, the translator of the queue's source,
+  the model's cases, the loop invariants, the obligations and the driver; and exhaustive
+  checks on small queues (not proofs) of copying, pickling and the fault model.
+- :mod:`specs.interrupts`: exceptions injected at every point where the interpreter may run
+  a signal handler, the definition of a checkpoint the fault model and its tests share.
+- :mod:`specs.trace_model`: the reference recorder the trace level is compared with.
 - :mod:`specs.planted_bugs`: deliberately wrong queues that every checker must reject, one
   module per kind of defect.
 - :mod:`specs.bug_matrix` and :mod:`specs.checker_matrix`: every verification layer against

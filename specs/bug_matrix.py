@@ -7,8 +7,9 @@ examples of up to 20 steps, the contracts on their whole domains, the self-check
 operations), and against two layers too slow for the default run, whose columns are recorded
 in :data:`RECORDED` with the date and commit they were measured at:
 
-- ``proof``: :mod:`specs.proof` (z3) on the bug's method, for the six operations it covers:
-  caught when z3 refutes an obligation or the bounded search finds a counterexample;
+- ``proof``: :mod:`specs.proof` (z3) on the bug's method, for the methods it proves for
+  every size (:data:`PROVED_OPERATIONS`): caught when z3 refutes an obligation or the bounded
+  search finds a counterexample;
 - ``crosshair``: ``tox -e crosshair-planted``, CrossHair over the contracts.
 
 A layer that runs on a bug and misses it says why in :data:`MISSES`; a layer that cannot
@@ -56,6 +57,7 @@ __all__ = [
     "MISSED_BY_BUDGET",
     "MISSES",
     "NOT_APPLICABLE",
+    "PROOF_OUT_OF_REACH",
     "PROVED_OPERATIONS",
     "RECORDED",
     "caught",
@@ -86,16 +88,42 @@ CHEAP_LAYERS = (
 #: Every layer, in the page's order.
 LAYERS = (*CHEAP_LAYERS, "proof", "crosshair")
 
-#: The operations :mod:`specs.proof` covers.
-PROVED_OPERATIONS = ("popleft", "remove", "append", "popleft_n", "append_n", "prepend_n")
+#: The methods :mod:`specs.proof` proves for every size (``specs.proof.PROVED`` but its
+#: lemmas; ``_walk`` is the walk ``__iter__`` and ``iter_blocks_after`` return). Copying,
+#: pickling and the fault model are only checked exhaustively on small queues
+#: (:mod:`specs.proof.bounded`), which is not the proof column: a bug in ``__reduce__`` is out
+#: of its reach.
+PROVED_OPERATIONS = (
+    "popleft",
+    "remove",
+    "append",
+    "popleft_n",
+    "append_n",
+    "prepend_n",
+    "__init__",
+    "__len__",
+    "__bool__",
+    "__contains__",
+    "get_all_free_blocks",
+    "__iter__",
+    "iter_blocks_after",
+    "_walk",
+)
+
+#: Why the proof cannot reach a bug in a method it does not prove (``{operation}``).
+PROOF_OUT_OF_REACH = (
+    "the proof covers the queue's public methods and the walk but not `{operation}`: copying "
+    "and pickling are checked only exhaustively on small queues (`specs/proof/bounded.py`), "
+    "which is not a proof for every size"
+)
 
 _CHECK_MODE_OWN = (
     "check mode answers this itself, from its membership or its own walk, without calling the "
     "base method the bug is in"
 )
 _UNTRANSLATED = (
-    "written with a list display (`[]`) the translator does not read, so the proof stops with "
-    "Unsupported: it refuses to certify the method, but finds no counterexample"
+    "the translator does not read {what}, so the proof stops with Unsupported, for every size "
+    "and with its loops run: it refuses to certify the method, but finds no counterexample"
 )
 
 #: Why each layer misses each bug it runs on and misses: (layer, bug) -> reason.
@@ -113,13 +141,22 @@ MISSES: dict[tuple[str, str], str] = {
     ("self-check", "contains_compares_by_value"): (
         "its blocks compare by identity, so `==` and `is` agree on them"
     ),
-    ("proof", "popleft_n_reuses_buffer"): (
-        "the translator does not read `popped.clear()`, so the proof stops with Unsupported "
-        "without finding the defect; and a list shared between two calls is outside a proof "
-        "that follows one call"
+    ("proof", "popleft_n_reuses_buffer"): _UNTRANSLATED.format(what="`popped.clear()`")
+    + "; and a list shared between two calls is outside a proof that follows one call",
+    ("proof", "get_all_free_blocks_reuses_list"): _UNTRANSLATED.format(what="`found.clear()`")
+    + "; and a list shared between two calls is outside a proof that follows one call",
+    ("proof", "prepend_n_reversed"): (
+        "the translator reads neither the call inside its loop's body (`_linked(...)`), which "
+        "stops the proof for every size, nor, with its loops run, the `for` over "
+        "`reversed(linked)` of its undo, which stops the bounded search: Unsupported both "
+        "times, so the proof refuses to certify the method, but finds no counterexample"
     ),
-    ("proof", "append_n_wrong_neighbour"): _UNTRANSLATED,
-    ("proof", "prepend_n_reversed"): _UNTRANSLATED,
+    ("proof", "constructor_not_atomic_for_iterables"): (
+        "it changes only what the constructor does with an iterable that is not a list; the "
+        "proof takes the constructor's argument to be an exact `list` (arguments of other "
+        "types are outside it), for which the bug calls `append_n` as the production code "
+        "does, so every obligation is proved"
+    ),
 }
 for _layer, _name in list(MISSES):
     if _layer == "contracts":
@@ -231,7 +268,7 @@ MISSES["cross-check machine", "remove_accepts_sentinel"] = (
 
 #: The layers that cannot reach a bug at all, and why: (layer, bug) -> reason.
 NOT_APPLICABLE: dict[tuple[str, str], str] = {
-    ("proof", _name): f"the proof covers the six linking operations only, not `{_bug.operation}`"
+    ("proof", _name): PROOF_OUT_OF_REACH.format(operation=_bug.operation)
     for _name, _bug in CATALOGUE.items()
     if _bug.operation not in PROVED_OPERATIONS
 }
@@ -239,12 +276,14 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
 #: Columns measured outside the default run: layer -> (when and where, bug -> caught).
 RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
     "proof": (
-        "measured 2026-12-04 with `python -m specs.bug_matrix --proof` (z3 5.4, 2 s per "
+        "measured 2026-12-05 with `python -m specs.bug_matrix --proof` (z3 5.4, 2 s per "
         "obligation; a planted loop that is the production loop gets its invariant, the planted "
-        "copies of `unstage` included) on the catalogue whose copies were remade from the code "
-        "of commit ddde092. `popleft_n_shares_empty_result` is refuted on the goal "
-        "'returns a list': the translator does not take the module-level list it returns for "
-        "a new list",
+        "copies of `unstage` included) on the working tree over commit 4dcd16b, whose proof "
+        "covers every public method and the walk `_walk`. `popleft_n_shares_empty_result` is "
+        "refuted on the goal 'returns a list': the translator does not take the module-level "
+        "list it returns for a new list. `constructor_skips_link_check` and "
+        "`append_n_wrong_neighbour` have a loop with no invariant, so they are not proved for "
+        "every size, and the bounded search finds their counterexample",
         {
             "popleft_n_off_by_one": True,
             "popleft_n_allows_negative": True,
@@ -253,17 +292,25 @@ RECORDED: dict[str, tuple[str, dict[str, bool]]] = {
             "append_guard_reads_next_only": True,
             "prepend_n_guard_reads_prev_only": True,
             "remove_accepts_sentinel": True,
+            "iter_blocks_after_checks_lazily": True,
+            "iter_blocks_after_guard_reads_next_only": True,
             "append_n_not_atomic": True,
             "prepend_n_not_atomic": True,
             "append_n_undo_clears_next_only": True,
             "prepend_n_undo_leaves_tail_link": True,
             "popleft_n_shares_empty_result": True,
             "popleft_n_reuses_buffer": False,
+            "get_all_free_blocks_reuses_list": False,
+            "constructor_not_atomic_for_iterables": False,
+            "constructor_skips_link_check": True,
             "popleft_leaves_links": True,
-            "append_n_wrong_neighbour": False,
+            "append_n_wrong_neighbour": True,
             "prepend_n_reversed": False,
             "remove_forgets_count": True,
             "prepend_n_counts_before_linking": True,
+            "iter_blocks_after_yields_cursor": True,
+            "iter_yields_head_sentinel": True,
+            "contains_compares_by_value": True,
         },
     ),
     "crosshair": (
@@ -480,12 +527,14 @@ _UNSTAGE_COPIES = tuple(
 def prove(bugs: Iterable[tuple[str, str, type[FreeBlockQueue[Any]]]]) -> dict[str, bool]:
     """The proof column for ``bugs`` (name, method, class), each of a proved operation.
 
-    Caught when an obligation gets a counterexample, or, where z3 runs out of time or a loop
-    invariant fails to hold, when the bounded search (queues of up to 3 blocks, loops run
-    rather than cut) finds a concrete counterexample. A planted loop that is the production
-    loop gets the production loop's invariant, as ``tests/verification/test_proof.py`` does.
-    A method the translator cannot read (:class:`specs.proof.Unsupported`) is missed: the
-    proof refuses to certify it without finding the defect.
+    Caught when an obligation gets a counterexample, or, where z3 runs out of time, a loop
+    invariant fails to hold or a planted loop has none (the method cannot be proved for every
+    size), when the bounded search (queues of up to 3 blocks, loops run rather than cut)
+    finds a concrete counterexample: what ``python -m specs.proof --bug NAME`` does. A
+    planted loop that is the production loop gets the production loop's invariant, as
+    ``tests/verification/test_proof.py`` does. A method the translator cannot read even with
+    its loops run (:class:`specs.proof.Unsupported`) is missed: the proof refuses to certify
+    it without finding the defect.
     """
     proof = importlib.import_module("specs.proof")
     column: dict[str, bool] = {}
@@ -505,14 +554,21 @@ def prove(bugs: Iterable[tuple[str, str, type[FreeBlockQueue[Any]]]]) -> dict[st
                 timeout_ms=2_000,
                 loop_invariants=invariants,
             )
-            found = results[-1].verdict == "counterexample" or (
-                results[-1].verdict != "proved"
-                and proof.find_counterexample(operation, queue_type) is not None
-            )
-            print(f"{name}: {results[-1].verdict}: {results[-1].name}", file=sys.stderr)
         except proof.Unsupported as error:
-            print(f"{name}: not translated: {error}", file=sys.stderr)
-            found = False
+            print(f"{name}: not translated for every size: {error}", file=sys.stderr)
+            verdict = "unknown"
+        else:
+            verdict = results[-1].verdict
+            print(f"{name}: {verdict}: {results[-1].name}", file=sys.stderr)
+        found = verdict == "counterexample"
+        if verdict == "unknown":
+            try:
+                bounded = proof.find_counterexample(operation, queue_type)
+            except proof.Unsupported as error:
+                print(f"{name}: not translated with its loops run: {error}", file=sys.stderr)
+            else:
+                found = bounded is not None
+                print(f"{name}: bounded search: {bounded and bounded.name}", file=sys.stderr)
         column[name] = found
     return column
 

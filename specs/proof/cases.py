@@ -19,12 +19,14 @@ from specs.proof.heap import (
     _forall,
 )
 from specs.proof.state import (
+    SELF,
+    GeneratorRef,
     ListRef,
     State,
 )
 from verified_queue import errors
 
-__all__ = ["OPERATIONS", "Case", "Operation"]
+__all__ = ["OPERATIONS", "Case", "Operation", "empty_ghost"]
 
 
 @dataclass
@@ -38,6 +40,8 @@ class Case:
     result: Callable[[Any, State], list[tuple[str, Any]]] | None = None
     #: The blocks the model's call takes out, as a predicate on nodes (they must be detached).
     dropped: Callable[[Any], Any] | None = None
+    #: A query: the call must leave every link and the count exactly as they were.
+    unchanged: bool = False
 
 
 def _popleft_cases(ghost: Ghost, _args: Sequence[Any]) -> list[Case]:
@@ -228,21 +232,164 @@ def _batch_cases(front: bool) -> Callable[[Ghost, Sequence[Any]], list[Case]]:
     return cases
 
 
+def _truth(value: Any) -> Any:
+    """A returned truth value as a z3 formula (``None`` for a value that is not one)."""
+    if isinstance(value, bool):
+        return z3.BoolVal(value)
+    if isinstance(value, z3.BoolRef):
+        return value
+    return None
+
+
+def _len_cases(ghost: Ghost, _args: Sequence[Any]) -> list[Case]:
+    # ListModel.__len__: ``len(blocks)``.
+    def result(value: Any, _state: State) -> list[tuple[str, Any]]:
+        if not (isinstance(value, z3.ArithRef) and value.is_int()):
+            return [("returns an int", z3.BoolVal(False))]
+        return [("returns the model's length", value == ghost.n)]
+
+    return [Case("any queue", z3.BoolVal(True), ghost=ghost, result=result, unchanged=True)]
+
+
+def _bool_cases(ghost: Ghost, _args: Sequence[Any]) -> list[Case]:
+    # ListModel.__bool__: ``bool(blocks)``.
+    def result(value: Any, _state: State) -> list[tuple[str, Any]]:
+        truth = _truth(value)
+        if truth is None:
+            return [("returns a bool", z3.BoolVal(False))]
+        return [("returns whether the model's list is non-empty", truth == (ghost.n != 0))]
+
+    return [Case("any queue", z3.BoolVal(True), ghost=ghost, result=result, unchanged=True)]
+
+
+def _contains_cases(ghost: Ghost, args: Sequence[Any]) -> list[Case]:
+    # ListModel.__contains__: ``position(blocks, block) >= 0``, by identity. The argument is any
+    # node: a block here, detached or in another queue, a sentinel of any queue, or None.
+    (block,) = args
+    member = z3.And(ghost.pos[block] >= 1, ghost.pos[block] <= ghost.n)
+
+    def result(value: Any, _state: State) -> list[tuple[str, Any]]:
+        truth = _truth(value)
+        if truth is None:
+            return [("returns a bool", z3.BoolVal(False))]
+        return [("returns whether the block itself is in the model's list", truth == member)]
+
+    return [Case("any object", z3.BoolVal(True), ghost=ghost, result=result, unchanged=True)]
+
+
+def _get_all_free_blocks_cases(ghost: Ghost, _args: Sequence[Any]) -> list[Case]:
+    # ListModel.get_all_free_blocks: ``list(blocks)``, a new list.
+    at, n = ghost.at, ghost.n
+
+    def result(value: Any, state: State) -> list[tuple[str, Any]]:
+        # The call starts with no list: any list it returns is one it made.
+        if not isinstance(value, ListRef):
+            return [("returns a list made by the call", z3.BoolVal(False))]
+        items, length = state.lists[value.ident]
+        j = z3.Int("j")
+        return [
+            ("returns a list of len(queue) blocks", length == n),
+            (
+                "returns the model's blocks, front first",
+                _forall([j], z3.Implies(z3.And(j >= 0, j < n), items[j] == at[j + 1])),
+            ),
+        ]
+
+    return [Case("any queue", z3.BoolVal(True), ghost=ghost, result=result, unchanged=True)]
+
+
+def _walk_from(start: Any) -> Callable[[Any, State], list[tuple[str, Any]]]:
+    """The result of a call that returns a live walk of this queue from ``start``.
+
+    The walk itself (what each step yields, and when it raises) is proved apart, for any
+    start that is on the chain or detached when the first step runs (:mod:`specs.proof.walks`).
+    """
+
+    def result(value: Any, _state: State) -> list[tuple[str, Any]]:
+        if not (
+            isinstance(value, GeneratorRef)
+            and value.function == "_walk"
+            and len(value.args) == 2
+            and value.args[0] is SELF
+        ):
+            return [("returns a live walk of this queue, not yet started", z3.BoolVal(False))]
+        return [("the walk starts where the model's does", value.args[1] == start)]
+
+    return result
+
+
+def _iter_cases(ghost: Ghost, _args: Sequence[Any]) -> list[Case]:
+    # ListModel.__iter__: the blocks front first; the walk starts at the front block (the
+    # tail for an empty queue, where it yields nothing).
+    return [
+        Case(
+            "any queue",
+            z3.BoolVal(True),
+            ghost=ghost,
+            result=_walk_from(ghost.at[1]),
+            unchanged=True,
+        )
+    ]
+
+
+def _iter_blocks_after_cases(ghost: Ghost, args: Sequence[Any]) -> list[Case]:
+    at, pos, n = ghost.at, ghost.pos, ghost.n
+    (cursor,) = args
+    # ListModel.iter_blocks_after: every block for None, the blocks after the cursor for a
+    # member, NotInQueueError (when called) for a cursor that is not here; the queue's own
+    # head means "from the front" and its own tail "nothing after".
+    member = z3.And(pos[cursor] >= 1, pos[cursor] <= n)
+    front = z3.Or(cursor == NONE, cursor == HEAD)
+    return [
+        Case("None or the head", front, ghost=ghost, result=_walk_from(at[1]), unchanged=True),
+        Case(
+            "a block of the queue",
+            member,
+            ghost=ghost,
+            result=_walk_from(at[pos[cursor] + 1]),
+            unchanged=True,
+        ),
+        Case("the tail", cursor == TAIL, ghost=ghost, result=_walk_from(TAIL), unchanged=True),
+        Case(
+            "detached, or another queue's sentinel",
+            z3.Not(z3.Or(front, member, cursor == TAIL)),
+            raises=errors.NotInQueueError,
+        ),
+    ]
+
+
+def empty_ghost() -> Ghost:
+    """The list of a queue just built empty: the two sentinels and nothing between them."""
+    return Ghost(
+        z3.Store(z3.Store(z3.K(z3.IntSort(), TAIL), 0, HEAD), 1, TAIL),
+        z3.Store(z3.Store(z3.K(NODE, z3.IntVal(-1)), HEAD, 0), TAIL, 1),
+        z3.IntVal(0),
+    )
+
+
 @dataclass(frozen=True)
 class Operation:
     """An operation to prove: its arguments' kinds and the model's cases."""
 
     name: str
-    arguments: tuple[str, ...]  # "block" or "count"
+    #: "block" (a block, not None), "object" (any node, None included), "count" or "batch".
+    arguments: tuple[str, ...]
     cases: Callable[[Ghost, Sequence[Any]], list[Case]]
     #: Arguments the precondition excludes, beyond their types.
     precondition: Callable[[Ghost, Sequence[Any]], Any] | None = None
+    #: The constructor: the queue is new, its sentinels fresh objects (see goals.py).
+    fresh: bool = False
 
 
 def _remove_precondition(_ghost: Ghost, args: Sequence[Any]) -> Any:
     # The documented precondition: not a block linked in *another* queue, which the
     # production queue cannot tell in O(1) (check mode refuses it).
     return z3.Not(LINKED_ELSEWHERE(args[0]))
+
+
+#: iter_blocks_after's precondition is remove's: a cursor linked in another queue is not told
+#: apart in O(1) (the production queue walks that queue; check mode refuses it).
+_cursor_precondition = _remove_precondition
 
 
 OPERATIONS: dict[str, Operation] = {
@@ -252,4 +399,13 @@ OPERATIONS: dict[str, Operation] = {
     "popleft_n": Operation("popleft_n", ("count",), _popleft_n_cases),
     "append_n": Operation("append_n", ("batch",), _batch_cases(front=False)),
     "prepend_n": Operation("prepend_n", ("batch",), _batch_cases(front=True)),
+    "__init__": Operation("__init__", ("batch",), _batch_cases(front=False), fresh=True),
+    "__len__": Operation("__len__", (), _len_cases),
+    "__bool__": Operation("__bool__", (), _bool_cases),
+    "__contains__": Operation("__contains__", ("object",), _contains_cases),
+    "get_all_free_blocks": Operation("get_all_free_blocks", (), _get_all_free_blocks_cases),
+    "__iter__": Operation("__iter__", (), _iter_cases),
+    "iter_blocks_after": Operation(
+        "iter_blocks_after", ("object",), _iter_blocks_after_cases, _cursor_precondition
+    ),
 }

@@ -15,6 +15,7 @@ __all__ = [
     "NODE",
     "NONE",
     "TAIL",
+    "VALUE_EQUALS",
     "Ghost",
     "Heap",
     "invariants",
@@ -32,6 +33,9 @@ TAIL = z3.Const("tail", NODE)
 IS_SENTINEL = z3.Function("is_sentinel", NODE, z3.BoolSort())
 #: A block (not a sentinel) linked in some *other* queue: the model's membership knows it.
 LINKED_ELSEWHERE = z3.Function("linked_elsewhere", NODE, z3.BoolSort())
+#: ``a == b`` on two nodes: whatever the block class's ``__eq__`` answers, left unknown (a
+#: dataclass block compares its fields), so an outcome that depends on it is not proved.
+VALUE_EQUALS = z3.Function("value_equals", NODE, NODE, z3.BoolSort())
 
 _I = z3.Int("i")
 _X = z3.Const("x", NODE)

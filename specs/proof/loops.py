@@ -1,4 +1,4 @@
-"""The invariants that cut the loops of popleft_n, the two batch operations and their undo."""
+"""The invariants that cut the loops of the operations, the queries and the undo."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from specs.proof.state import (
     LoopView,
     Unsupported,
 )
+from specs.proof.walks import walk_invariant
 
 __all__ = ["LOOP_INVARIANTS", "walk_back"]
 
@@ -47,6 +48,36 @@ def _popleft_n_detach(view: LoopView) -> Any:
             ),
             patterns=[now.nxt[y], now.prv[y]],
         ),
+    )
+
+
+def _contains_walk(view: LoopView) -> Any:
+    """``__contains__``'s walk after k rounds: ``node`` is the (k + 1)-th node of the chain,
+    and none of the first k blocks is the one sought. No link is written."""
+    at, n, k = view.ghost.at, view.ghost.n, view.k
+    j = z3.Int("j")
+    return z3.And(
+        k <= n,
+        view.local("node") == at[k + 1],
+        _forall(
+            [j],
+            z3.Implies(z3.And(j >= 1, j <= k), at[j] != view.local("block")),
+            patterns=[at[j]],
+        ),
+    )
+
+
+def _collect(view: LoopView) -> Any:
+    """``get_all_free_blocks``' walk after k rounds: ``found`` holds the first k blocks, front
+    first, and ``block`` is the next node of the chain. No link is written."""
+    at, n, k = view.ghost.at, view.ghost.n, view.k
+    items, length = view.items("found")
+    j = z3.Int("j")
+    return z3.And(
+        k <= n,
+        view.local("block") == at[k + 1],
+        length == k,
+        _forall([j], z3.Implies(z3.And(j >= 0, j < k), items[j] == at[j + 1])),
     )
 
 
@@ -152,4 +183,7 @@ LOOP_INVARIANTS: dict[tuple[str, int], LoopInvariant | LoopSpec] = {
     ("FreeBlockQueue.append_n", 0): _BATCH_LOOP,
     ("FreeBlockQueue.prepend_n", 0): _BATCH_LOOP,
     ("unstage", 0): walk_back("staging"),
+    ("FreeBlockQueue.__contains__", 0): _contains_walk,
+    ("FreeBlockQueue.get_all_free_blocks", 0): _collect,
+    ("FreeBlockQueue._walk", 0): walk_invariant,
 }

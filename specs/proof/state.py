@@ -14,6 +14,7 @@ from specs.proof.heap import (
 __all__ = [
     "SELF",
     "UNBOUND",
+    "GeneratorRef",
     "ListRef",
     "LoopInvariant",
     "LoopSpec",
@@ -35,6 +36,19 @@ class ListRef:
     """A Python list, by identity; its contents live in :attr:`State.lists`."""
 
     ident: int
+
+
+@dataclass(frozen=True)
+class GeneratorRef:
+    """A generator object: what calling a generator function returns, its body not yet run.
+
+    ``function`` is the name of the generator function (``_walk``), ``args`` the values it was
+    called with (``SELF`` first for a method). What the body does when the generator is
+    resumed is proved apart, step by step (:mod:`specs.proof.walks`).
+    """
+
+    function: str
+    args: tuple[Any, ...]
 
 
 class _Self:

@@ -17,6 +17,7 @@ from specs.proof.heap import (
     NODE,
     NONE,
     TAIL,
+    VALUE_EQUALS,
     Ghost,
     Heap,
 )
@@ -30,6 +31,7 @@ from specs.proof.source import (
 from specs.proof.state import (
     SELF,
     UNBOUND,
+    GeneratorRef,
     ListRef,
     LoopInvariant,
     LoopSpec,
@@ -41,6 +43,7 @@ from specs.proof.state import (
     Unsupported,
     _Path,
 )
+from verified_queue.block import Sentinel
 
 __all__ = ["Translator"]
 
@@ -72,12 +75,28 @@ class Translator:
         self.obligations: list[Obligation] = []
         self._next_list = 0
         self._callers: list[dict[str, Any]] = []
+        #: The nodes ``Sentinel(...)`` returns, in order: fresh objects the caller named (the
+        #: constructor's proof names them HEAD and TAIL). A call past the list is Unsupported.
+        self.allocations: list[Any] = []
+        #: What a ``yield`` does: given the state at the yield, the yielded value and where, it
+        #: states the obligations of the step that ends there and returns the state in which
+        #: the generator resumes (:mod:`specs.proof.walks`). ``None``: a yield is Unsupported.
+        self.on_yield: Callable[[State, Any, str], State] | None = None
+        #: The locals a ``yield`` may change besides the heap (the walk's ghost state): a loop
+        #: whose body yields gives them fresh values, as it does to the locals it assigns.
+        self.yield_havocs: tuple[str, ...] = ()
 
     # -- entry ----------------------------------------------------------------------------------
 
     def run(self, name: str, args: Sequence[Any], state: State) -> list[Outcome]:
         """Run method ``name`` of the queue class on ``args``; one outcome per path."""
         function = _method(self.queue_class, name)
+        if _is_generator(function):
+            # A method written as a generator runs none of its body when called.
+            where = f"{Path(function.filename).name}:{function.node.lineno}"
+            return [
+                Outcome("return", GeneratorRef(function.node.name, (SELF, *args)), state, where)
+            ]
         results = self._call(function, [SELF, *args], state, f"{function.qualname}()")
         outcomes = []
         for result_state, value, raised in results:
@@ -87,6 +106,24 @@ class Translator:
             else:
                 outcomes.append(Outcome("return", value, result_state, where))
         return outcomes
+
+    def run_body(
+        self, name: str, args: Sequence[Any], state: State, extra: dict[str, Any]
+    ) -> list[Outcome]:
+        """Run the body of method ``name`` as a frame of its own; its outcomes keep its locals.
+
+        ``extra`` adds locals that the code does not name (a walk's ghost state, ``$``-named),
+        for the obligations a generator's steps and its loop invariant state over them.
+        """
+        function = _method(self.queue_class, name)
+        spec = function.node.args
+        if spec.vararg or spec.kwarg or spec.posonlyargs or spec.kwonlyargs:
+            raise Unsupported(f"{function.qualname}: only plain parameters are translated")
+        if len(spec.args) != len(args) + 1:
+            raise Unsupported(f"the arguments do not match {function.qualname}'s")
+        env = {p.arg: a for p, a in zip(spec.args, [SELF, *args], strict=True)} | extra
+        inner = State(state.path, env, state.heap, dict(state.lists))
+        return self._block(function.node.body, inner, function, None)
 
     def new_list(self, state: State, items: Any, length: Any) -> ListRef:
         """Allocate a list holding ``items[0:length]`` in ``state``."""
@@ -118,8 +155,10 @@ class Translator:
         """Inline ``function``; each result is (state, returned value, raised class or None)."""
         spec = function.node.args
         keywords = keywords or {}
-        if spec.vararg or spec.kwarg or spec.posonlyargs or spec.defaults or any(spec.kw_defaults):
-            raise Unsupported(f"{where}: only parameters without defaults are translated")
+        # A default is never used: every parameter must be given (a default would be a value
+        # the translator does not read).
+        if spec.vararg or spec.kwarg or spec.posonlyargs or any(spec.kw_defaults):
+            raise Unsupported(f"{where}: only plain parameters are translated")
         if len(spec.args) != len(args) or sorted(keywords) != sorted(
             p.arg for p in spec.kwonlyargs
         ):
@@ -183,6 +222,15 @@ class Translator:
         if isinstance(node, ast.Expr):
             if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                 return [Outcome("fall", None, state, where)]  # a docstring
+            if isinstance(node.value, ast.Yield):
+                # A suspension: the step that ends here is judged, and the generator resumes
+                # in whatever state its caller leaves (the hook says which).
+                if self.on_yield is None or node.value.value is None:
+                    raise self._unsupported(function, node, "yield outside a walk's proof")
+                hook = self.on_yield
+                return self._then(
+                    node.value.value, state, function, where, lambda s, v: [hook(s, v, where)]
+                )
             return self._then(node.value, state, function, where, lambda s, _v: [s])
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             if node.value is None:
@@ -329,11 +377,16 @@ class Translator:
             raise self._unsupported(function, node, f"no loop invariant for loop {key}")
         spec = found if isinstance(found, LoopSpec) else LoopSpec(found)
         builders = set()
+        yields = False
         for inner in ast.walk(node):
-            if isinstance(inner, (ast.Break, ast.Continue, ast.Return, ast.Try)):
-                raise self._unsupported(function, inner, "break, continue, return or try in a loop")
+            # A return leaves the loop and the function, as a raise does: its path is an outcome
+            # of the round, and the invariant is not asked of it.
+            if isinstance(inner, (ast.Break, ast.Continue, ast.Try)):
+                raise self._unsupported(function, inner, "break, continue or try in a loop")
             if isinstance(inner, ast.Raise) and isinstance(inner.exc, ast.Call):
                 builders.add(id(inner.exc))
+            if isinstance(inner, ast.Yield):
+                yields = True
         items = iterable = None
         bound: Any = None
         target = None
@@ -360,9 +413,11 @@ class Translator:
                     )
                 items, bound = state.lists[iterable.ident]
         # Everything the body may change is replaced by fresh values constrained by the invariant.
-        assigned: set[str] = set()
-        writes_heap = writes_count = False
+        assigned: set[str] = set(self.yield_havocs if yields else ())
+        # A yield hands control to the caller, who may change any link and the count.
+        writes_heap = writes_count = yields
         written_lists: set[int] = set()
+        grown_lists: set[int] = set()  # lists the body appends to: their length changes too
         for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
             targets: list[ast.expr] = []
             if isinstance(inner, ast.Assign):
@@ -389,15 +444,19 @@ class Translator:
                     written_lists.add(ref.ident)
                 else:
                     raise self._unsupported(function, assigned_to, "loop assigns an unknown target")
+            appended = _appended_list(inner, state)
+            if appended is not None:
+                grown_lists.add(appended.ident)
+                continue
             # A call could change anything; only those that build an exception to raise are
-            # allowed, and they are checked to build only.
+            # allowed, and they are checked to build only (and ``list.append`` on a local list).
             if isinstance(inner, ast.Call) and not (
                 id(inner) in builders
                 and isinstance(inner.func, ast.Name)
                 and _raised_class(self._global(inner.func.id, function, inner)) is not None
             ):
                 raise self._unsupported(function, inner, "call inside a loop body")
-        if iterable is not None and iterable.ident in written_lists:
+        if iterable is not None and iterable.ident in written_lists | grown_lists:
             raise self._unsupported(function, node, "a loop writes the list it iterates")
         havoc = State(state.path, dict(state.env), state.heap, dict(state.lists))
         for name in assigned - {target}:
@@ -414,9 +473,10 @@ class Translator:
                 z3.FreshConst(state.heap.prv.sort(), "prev") if writes_heap else state.heap.prv,
                 z3.FreshInt("num") if writes_count else state.heap.num,
             )
-        for ident in written_lists:
+        for ident in written_lists | grown_lists:
             array, length = state.lists[ident]
-            havoc.lists[ident] = (z3.FreshConst(array.sort(), "list"), length)
+            grown = z3.FreshInt("length") if ident in grown_lists else length
+            havoc.lists[ident] = (z3.FreshConst(array.sort(), "list"), grown)
         if iterable is not None:
             items = havoc.lists[iterable.ident][0]
         callers = tuple(self._callers)
@@ -455,7 +515,7 @@ class Translator:
             at_top.target = start.env.get(target) if target is not None else None
             following = spec.step(at_top) if spec.step else {}
             for outcome in self._block(node.body, start, function, None):
-                if outcome.kind == "raise":
+                if outcome.kind in ("raise", "return"):
                     outcomes.append(outcome)
                     continue
                 self._oblige(
@@ -538,6 +598,16 @@ class Translator:
                 if not z3.is_int(value):
                     raise self._unsupported(function, target, "a non-integer count")
                 return replace(after, heap=replace(after.heap, num=value))
+            if base is SELF and target.attr in _SENTINEL_FIELDS:
+                # The constructor: the field must hold the node the proof reads it as (every
+                # read of the field is that node), so the store is obliged to agree.
+                self._oblige(
+                    after,
+                    f"{target.attr} names the queue's own {target.attr.rsplit('_', 1)[1]}",
+                    self._where(function, target),
+                    self._node(value, function, target) == _SENTINEL_FIELDS[target.attr],
+                )
+                return after
             if _is_node(base) and target.attr in _LINKS:
                 value = self._node(value, function, target)
                 self._oblige(
@@ -700,11 +770,31 @@ class Translator:
                 z3.And(index >= 0, index < length),
             )
             return [(after, array[index], None)]
+        if isinstance(node, ast.List) and not node.elts:
+            made = State(state.path, state.env, state.heap, dict(state.lists))
+            return [(made, self.new_list(made, z3.K(z3.IntSort(), NONE), z3.IntVal(0)), None)]
         if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Name) for e in node.elts):
             values = tuple(self._expression(e, state, function)[0][1] for e in node.elts)
             if all(isinstance(v, type) for v in values):
                 return [(state, values, None)]
         raise self._unsupported(function, node, f"expression {type(node).__name__}")
+
+    def _append(
+        self, ref: ListRef, node: ast.Call, state: State, function: _Function
+    ) -> list[_Path]:
+        """``name.append(x)`` on a local list: ``x`` stored at its length, one longer."""
+        results: list[_Path] = []
+        for after, value, raised in self._expression(node.args[0], state, function):
+            if raised is not None:
+                raise self._unsupported(function, node, "raise inside an argument")
+            array, length = after.lists[ref.ident]
+            lists = dict(after.lists)
+            lists[ref.ident] = (
+                z3.Store(array, length, self._node(value, function, node)),
+                length + 1,
+            )
+            results.append((State(after.path, after.env, after.heap, lists), NONE, None))
+        return results
 
     def _boolean(self, node: ast.BoolOp, state: State, function: _Function) -> list[_Path]:
         # Short-circuit: a later operand is evaluated, and its link reads obliged, only on the
@@ -766,9 +856,13 @@ class Translator:
         return results
 
     def _apply(self, op: ast.AST, left: Any, right: Any, function: _Function, node: ast.AST) -> Any:
+        if isinstance(op, (ast.Is, ast.IsNot)) and _is_node(left) and _is_node(right):
+            return left == right if isinstance(op, ast.Is) else left != right
+        if isinstance(op, (ast.Eq, ast.NotEq)) and _is_node(left) and _is_node(right):
+            # By value: the block's own __eq__ answers, which the proof does not know.
+            equal = VALUE_EQUALS(left, right)
+            return equal if isinstance(op, ast.Eq) else z3.Not(equal)
         if isinstance(op, (ast.Is, ast.IsNot)):
-            if _is_node(left) and _is_node(right):
-                return left == right if isinstance(op, ast.Is) else left != right
             if isinstance(left, (str, bool, type)) and isinstance(right, (str, bool, type)):
                 return (left is right) == isinstance(op, ast.Is)
             raise self._unsupported(function, node, "identity test of these values")
@@ -789,7 +883,7 @@ class Translator:
                 return arithmetic[type(op)](left, right)
         raise self._unsupported(function, node, f"operator {type(op).__name__} on these values")
 
-    def _call_expression(  # noqa: PLR0915 -- one branch per kind of callee
+    def _call_expression(  # noqa: PLR0911, PLR0915 -- one branch per kind of callee
         self, node: ast.Call, state: State, function: _Function
     ) -> list[_Path]:
         callee: _Function | None = None
@@ -808,6 +902,9 @@ class Translator:
             if state.env.get(node.func.value.id) is SELF:
                 callee = _method(self.queue_class, node.func.attr)
                 bound = [SELF]
+            appended = _appended_list(node, state)
+            if appended is not None:
+                return self._append(appended, node, state, function)
         elif isinstance(node.func, ast.Name) and node.func.id not in state.env:
             target = self._global(node.func.id, function, node)
             if target is typing.cast and len(node.args) == 2:
@@ -836,6 +933,15 @@ class Translator:
             cls = _raised_class(target)
             if cls is not None:
                 return [(state, Raised(cls), None)]  # an exception built, not raised
+            if (
+                target is Sentinel
+                and not node.keywords
+                and all(isinstance(a, ast.Constant) for a in node.args)
+            ):
+                # A new sentinel: a fresh object, the next of the nodes the caller set aside.
+                if not self.allocations:
+                    raise self._unsupported(function, node, "a Sentinel allocation not named")
+                return [(state, self.allocations.pop(0), None)]
             if _is_project_function(target):
                 callee = _load(None, target)
         if callee is None:
@@ -859,10 +965,45 @@ class Translator:
         for current, values in paths:
             positional = values[: len(values) - len(names)]
             keywords = dict(zip(names, values[len(positional) :], strict=True))
+            if _is_generator(callee):
+                # Calling a generator function runs none of its body: it returns the generator.
+                if names:
+                    raise self._unsupported(function, node, "keyword argument to a generator")
+                results.append((current, GeneratorRef(callee.node.name, tuple(positional)), None))
+                continue
             results += self._call(
                 callee, positional, current, self._where(function, node), keywords
             )
         return results
+
+
+def _appended_list(node: ast.AST, state: State) -> ListRef | None:
+    """The list ``node`` appends to, if it is ``name.append(x)`` on a local list."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "append"
+        and isinstance(node.func.value, ast.Name)
+        and len(node.args) == 1
+        and not node.keywords
+    ):
+        ref = state.env.get(node.func.value.id)
+        if isinstance(ref, ListRef):
+            return ref
+    return None
+
+
+def _is_generator(function: _Function) -> bool:
+    """Whether ``function`` is a generator function (a yield in its own body)."""
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    pending: list[ast.AST] = list(function.node.body)
+    while pending:
+        inner = pending.pop()
+        if isinstance(inner, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(inner, nested):
+            pending.extend(ast.iter_child_nodes(inner))
+    return False
 
 
 def _is_node(value: object) -> bool:

@@ -12,7 +12,7 @@ import pytest
 
 z3 = pytest.importorskip("z3", reason="the proof needs z3 (tox -e proof installs it)")
 
-from specs import proof  # noqa: E402  (only once z3 is known to be there)
+from specs import bug_matrix, proof  # noqa: E402  (only once z3 is known to be there)
 from specs.planted_bugs import PLANTED_BUGS  # noqa: E402
 from verified_queue import Block, FreeBlockQueue  # noqa: E402
 from verified_queue import queue as queue_module  # noqa: E402
@@ -24,22 +24,49 @@ REFUTED = [
     ("remove_accepts_sentinel", "remove", "raises NotInQueueError as the model does"),
     ("append_skips_double_free_check", "append", "raises AlreadyInQueueError as the model does"),
     ("popleft_n_off_by_one", "popleft_n", "returns as the model does"),
+    ("iter_yields_head_sentinel", "__iter__", "the walk starts where the model's does"),
+    ("iter_blocks_after_yields_cursor", "iter_blocks_after", "the walk starts where the model's"),
+    (
+        "iter_blocks_after_guard_reads_next_only",
+        "iter_blocks_after",
+        "raises NotInQueueError as the model does",
+    ),
+    # Written as a generator: the call returns it, and checks its cursor only when it starts.
+    ("iter_blocks_after_checks_lazily", "iter_blocks_after", "returns a live walk of this queue"),
 ]
 
+#: Every public method of the queue; __repr__ alone is neither proved nor checked.
+PUBLIC = {
+    "popleft",
+    "remove",
+    "append",
+    "popleft_n",
+    "append_n",
+    "prepend_n",
+    "__init__",
+    "__len__",
+    "__bool__",
+    "__contains__",
+    "get_all_free_blocks",
+    "__iter__",
+    "iter_blocks_after",
+}
 
-def test_proof_covers_the_six_mutating_operations() -> None:
-    """The proof covers popleft, remove, append, popleft_n, append_n and prepend_n."""
-    assert set(proof.OPERATIONS) == {
-        "popleft",
-        "remove",
-        "append",
-        "popleft_n",
-        "append_n",
-        "prepend_n",
-    }
+
+def test_proof_covers_every_public_method() -> None:
+    """The proof covers every public method but repr and the copy protocol (checked, below)."""
+    assert set(proof.OPERATIONS) == PUBLIC
+    assert ("lemmas", *proof.OPERATIONS, proof.WALK) == proof.PROVED
+    # The bug matrix runs where z3 is not installed, so it names them itself: in step.
+    assert set(bug_matrix.PROVED_OPERATIONS) == set(proof.PROVED) - {"lemmas"}
+    methods = {name for name, value in vars(FreeBlockQueue).items() if callable(value)}
+    public = {name for name in methods if not name.startswith("_")}
+    dunders = {name for name in methods if name.startswith("__") and name != "__class_getitem__"}
+    copying = {"__reduce__", "__setstate__", "__copy__", "__repr__"}
+    assert public | (dunders - copying) == PUBLIC
 
 
-@pytest.mark.parametrize("name", ["lemmas", *proof.OPERATIONS])
+@pytest.mark.parametrize("name", proof.PROVED)
 def test_production_operation_is_proved_for_every_size(name: str) -> None:
     """Every obligation of the operation, translated from queue.py, is valid for all sizes."""
     results = proof.prove([name])
@@ -63,6 +90,24 @@ def test_proof_covers_results_invariants_errors_and_frame() -> None:
         "no link read of None",
     ):
         assert any(expected in name for name in names), expected
+
+
+def test_comparing_by_value_is_refuted() -> None:
+    """An ``in`` that compares with ``==`` fails: the proof leaves ``__eq__`` unknown.
+
+    The planted loop is the production loop with ``is`` written ``==``, so its invariant is
+    the production loop's, which a block equal by value but not itself breaks.
+    """
+    bug = PLANTED_BUGS["contains_compares_by_value"]
+    invariants = dict(proof.LOOP_INVARIANTS)
+    invariants[f"{bug.__name__}.__contains__", 0] = proof.LOOP_INVARIANTS[
+        "FreeBlockQueue.__contains__", 0
+    ]
+    results = proof.prove(
+        ["__contains__"], bug, stop_at_first_failure=True, loop_invariants=invariants
+    )
+    assert results[-1].verdict == "counterexample"
+    assert "loop invariant" in results[-1].name
 
 
 @pytest.mark.parametrize(("bug", "operation", "goal"), REFUTED)
@@ -123,6 +168,73 @@ EDITS = [
         "again.\n",
         "a refused call changes no link",
     ),
+    (
+        "__len__",
+        "        return self.num_free_blocks\n\n    def __bool__",
+        "        return self.num_free_blocks + 1\n\n    def __bool__",
+        "returns the model's length",
+    ),
+    (
+        "__bool__",
+        "        return self.num_free_blocks != 0\n",
+        "        return self.num_free_blocks > 1\n",
+        "returns whether the model's list is non-empty",
+    ),
+    # ``in`` misses the last block.
+    (
+        "__contains__",
+        "            if node is block:\n                return True\n",
+        "            if node is block:\n                return node is not tail.prev_free_block\n",
+        "returns whether the block itself is in the model's list",
+    ),
+    (
+        "get_all_free_blocks",
+        "            found.append(block)  # type: ignore[arg-type]  # I1: a B\n",
+        "            found.append(tail.prev_free_block)  # type: ignore[arg-type]  # I1: a B\n",
+        "the model's blocks, front first",
+    ),
+    # The constructor forgets the tail's back link: append_n then finds it lost.
+    (
+        "__init__",
+        "        tail.prev_free_block = head\n        self.fake_free_list_head = head\n",
+        "        self.fake_free_list_head = head\n",
+        "raises AlreadyInQueueError as the model does",
+    ),
+    (
+        "__init__",
+        "        self.fake_free_list_tail = tail\n",
+        "        self.fake_free_list_tail = head\n",
+        "fake_free_list_tail names the queue's own tail",
+    ),
+    (
+        "iter_blocks_after",
+        "                following = node  # nothing after the tail\n",
+        "                following = node.prev_free_block  # nothing after the tail\n",
+        "the walk starts where the model's does",
+    ),
+    # The walk yields the block after the one it stands on.
+    (
+        proof.WALK,
+        "            yield block  # type: ignore[misc]",
+        "            yield following  # type: ignore[misc]",
+        "a step yields what the live walk yields",
+    ),
+    # The walk runs past this queue's tail.
+    (
+        proof.WALK,
+        "        while block is not tail:\n            # Links",
+        "        while block is not None:\n            # Links",
+        "the walk raises NotInQueueError where the live walk does",
+    ),
+    # The walk ends quietly when the block it stands on left the queue.
+    (
+        proof.WALK,
+        "                # The block yielded last left the queue while the caller held it.\n"
+        "                raise changed_during_iteration()",
+        "                # The block yielded last left the queue while the caller held it.\n"
+        "                return",
+        "the walk ends where the live walk ends",
+    ),
 ]
 
 
@@ -178,7 +290,9 @@ def test_an_edit_to_queue_py_changes_what_is_proved(
         [operation], edited_queue(old, new), stop_at_first_failure=True, timeout_ms=2_000
     )
     assert results[-1].verdict != "proved"
-    assert goal in results[-1].name
+    # A bug inside a loop may first break the loop's invariant; the concrete search then
+    # names the goal itself.
+    assert goal in results[-1].name or "loop invariant" in results[-1].name
     found = proof.find_counterexample(operation, edited_queue(old, new))
     assert found is not None
     assert goal in found.name
@@ -280,14 +394,25 @@ def test_assumptions_hold_of_a_concrete_queue(name: str) -> None:
         "remove": [z3.Const("block", proof.NODE) == blocks[1]],
         "append": [z3.Const("block", proof.NODE) == detached],
         "popleft_n": [z3.Int("count") == 2],
+        "__contains__": [z3.Const("block", proof.NODE) == blocks[1]],
+        # Its first obligation is on the path of a None cursor.
+        "iter_blocks_after": [z3.Const("block", proof.NODE) == proof.NONE],
         "append_n": [
             z3.Int("length") == 1,
             z3.Array("batch", z3.IntSort(), proof.NODE) == z3.K(z3.IntSort(), detached),
         ],
     }
     arguments["prepend_n"] = arguments["append_n"]
+    arguments["__init__"] = arguments["append_n"]
+    if name == "__init__":
+        # No queue yet: the universe only, every node detached (the new sentinels among them).
+        facts = [
+            *facts[:4],
+            heap.nxt == z3.K(proof.NODE, proof.NONE),
+            heap.prv == z3.K(proof.NODE, proof.NONE),
+        ]
     obligations = proof.obligations(name)
-    loop_free = name in ("popleft", "remove", "append")
+    loop_free = name in ("popleft", "remove", "append", "__len__", "__bool__", "__iter__")
     for obligation in (obligations[0], obligations[-1]) if loop_free else obligations[:1]:
         solver = z3.Solver()
         solver.set("timeout", 20_000)
@@ -345,13 +470,131 @@ def test_translator_refuses_what_it_cannot_translate(
         proof.obligations(operation, queue_class)
 
 
+def test_assumptions_of_the_walk_hold_of_a_concrete_queue() -> None:
+    """A queue of three blocks, the walk standing on its first, satisfies a step's hypotheses."""
+    heap, ghost = proof.symbolic_state()
+    blocks, _detached, facts = _concrete_queue(ghost, heap)
+    obligations = proof.obligations(proof.WALK)
+    solver = z3.Solver()
+    solver.set("timeout", 20_000)
+    solver.add(*obligations[0].hypotheses, *facts, z3.Const("start", proof.NODE) == blocks[0])
+    assert solver.check() == z3.sat
+
+
+def test_bounded_walk_search_finds_nothing_in_the_production_queue() -> None:
+    """The walk's bounded search reports no counterexample for the production walk."""
+    assert proof.find_counterexample(proof.WALK) is None
+
+
 def test_command_line_reports_every_operation(capsys: pytest.CaptureFixture[str]) -> None:
-    """``python -m specs.proof`` exits 0 and prints a line per operation with its time."""
+    """``python -m specs.proof`` exits 0 and prints a line per method, and the two checks."""
     assert proof.main([]) == 0
     printed = capsys.readouterr().out
-    for name in ("lemmas", *proof.OPERATIONS):
-        assert f"\n{name}: " in printed
+    for name in proof.PROVED:
+        assert f"\n{name}" in printed
+    assert printed.count(": proved, ") == len(proof.PROVED)
     assert "every obligation proved" in printed
+    bounded = [line for line in printed.splitlines() if "exhaustive check up to" in line]
+    assert len(bounded) == 2
+    for line in bounded:
+        assert "NOT an all-sizes proof" in line
+        assert "proved" not in line
+        assert line.endswith(" s")
+        assert ": no counterexample in " in line
+
+
+#: One-hunk edits of the copy protocol in queue.py: each the exhaustive check must refute.
+COPY_EDITS = [
+    (
+        "        return type(self), (), self.get_all_free_blocks()\n",
+        "        return type(self), (), self.get_all_free_blocks()[1:]\n",
+        "the copy holds",
+    ),
+    (
+        "        self.append_n(blocks)\n\n    def __copy__",
+        "        self.append_n(blocks[::-1])\n\n    def __copy__",
+        "the copy holds",
+    ),
+    (
+        '        raise TypeError(\n            f"a {type(self).__qualname__} cannot be shallow',
+        '        return self\n        raise TypeError(\n            f"a {type(self).__qualname__} '
+        "cannot be shallow",
+        "copy.copy: a shallow copy was made",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), COPY_EDITS)
+def test_an_edit_to_the_copy_protocol_is_refuted(
+    edited_queue: Any, old: str, new: str, problem: str
+) -> None:
+    """The exhaustive copy and pickle check names a queue on which each edit goes wrong."""
+    report = proof.check_copy_and_pickle(edited_queue(old, new))
+    assert report.counterexample is not None
+    assert problem in report.counterexample
+
+
+#: One-hunk edits of the undo paths only an exception from outside reaches: the fault check
+#: must refute each (the all-sizes proof never enters these paths).
+FAULT_EDITS = [
+    # append_n's middle handler re-raises without finishing an undo a second exception cut short.
+    (
+        "                raise finish_unstage(batch, tail, arrived)  # noqa: B904 -- the queue is "
+        "kept\n        except BaseException as arrived:\n            if undone:\n"
+        "                raise\n            raise finish_unstage(batch, tail, arrived)  # noqa: "
+        "B904 -- the queue is kept\n        if last is not tail:  # a batch was staged\n"
+        "            # Join the staged chain between the old back block",
+        "                raise arrived  # noqa: B904 -- the queue is kept\n"
+        "        except BaseException as arrived:\n            if undone:\n"
+        "                raise\n            raise finish_unstage(batch, tail, arrived)  # noqa: "
+        "B904 -- the queue is kept\n        if last is not tail:  # a batch was staged\n"
+        "            # Join the staged chain between the old back block",
+        "neither as before nor as after",
+    ),
+    # popleft_n's first handler does not put the blocks taken back.
+    (
+        "                    arrived = relink_taken(head, popped, following)\n",
+        "                    arrived = None\n",
+        "neither as before nor as after",
+    ),
+    # The restartable undo leaves the tail's outer link set.
+    (
+        '                    if getattr(staging, "next_free_block", None) is not None:\n'
+        "                        staging.next_free_block = None\n",
+        "",
+        "neither as before nor as after",
+    ),
+    # The restartable undo returns the first exception, not the last that arrived.
+    (
+        "                except BaseException as later:\n                    arrived = later\n"
+        "            break\n        except BaseException as later:\n            arrived = later\n"
+        "    return arrived\n\n\ndef unstage",
+        "                except BaseException:\n                    pass\n"
+        "            break\n        except BaseException as later:\n            arrived = later\n"
+        "    return arrived\n\n\ndef unstage",
+        "not the last exception that arrived",
+    ),
+    # prepend_n marks its batch undone before undoing it: an exception in the undo escapes.
+    (
+        "                    unstage(tail, last)\n                    undone = True\n"
+        "                    if means_not_a_block(error, batch, last, tail):\n"
+        '                        raise not_a_block("prepend_n"',
+        "                    undone = True\n                    unstage(tail, last)\n"
+        "                    if means_not_a_block(error, batch, last, tail):\n"
+        '                        raise not_a_block("prepend_n"',
+        "neither as before nor as after",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), FAULT_EDITS)
+def test_an_edit_to_an_undo_is_refuted_by_the_fault_check(
+    edited_queue: Any, old: str, new: str, problem: str
+) -> None:
+    """The exhaustive fault check finds checkpoints at which each edited undo goes wrong."""
+    report = proof.check_faults(edited_queue(old, new))
+    assert report.counterexample is not None
+    assert problem in report.counterexample
 
 
 def test_command_line_fails_on_a_planted_bug(capsys: pytest.CaptureFixture[str]) -> None:
