@@ -11,7 +11,11 @@ token), step the scheduler (``schedule()``, then ``update_from_output()`` with a
 faked model output, as vLLM's scheduler tests build it; with async scheduling two
 steps may be in flight), abort requests (``finish_requests``) and reset the
 prefix cache. The pool is small, so requests are preempted, and the token budget
-too, so prompts are prefilled in chunks.
+too, so prompts are prefilled in chunks. With a KV connector (vLLM's test
+``MockKVConnector``, loading from outside synchronously or asynchronously) a rule
+also says how the connector's transfers end: loads done, failed (``failed_recving``)
+or with bad blocks (``invalid_block_ids``), and sends of finished requests' KV done
+(``finished_sending``), each reported with the next model output.
 
 After every rule it checks, beyond what check mode checks at each link and
 unlink:
@@ -22,7 +26,10 @@ unlink:
   ``ref_cnt`` is the number of places that hold it (the block tables of every
   group's single-type manager, ``req_to_blocks``, and the scheduler's deferred
   frees), the null block excepted (:func:`holder_problems`);
-* no block held by two requests unless it is a cached full block.
+* no block held by two requests unless it is a cached full block;
+* with a connector, no block free while a transfer still uses it: an
+  asynchronous load writing into it, or a finished request's send reading it
+  (:func:`transfer_problems`).
 
 At the end of each example every request is aborted and the scheduler run until
 nothing is left: then every block but the null block must be free, and the
@@ -30,17 +37,24 @@ prefix cache coherent (:func:`cache_problems`). A violation fails the example,
 and Hypothesis shrinks it to a short sequence of rules.
 
 :data:`CONFIGS` are the schedulers it drives: full attention with prefix caching
-on and off, a hybrid of a full-attention and a sliding-window group, and async
-scheduling (alone and hybrid). :data:`PLANTED` are allocator bugs of the classes
-vLLM and its neighbours shipped, each patched into vLLM's classes for one run
-(vLLM's files are never edited); ``tests/vllm/test_fuzz_scheduler_vllm.py`` asserts
-that the fuzzer finds each within a stated number of examples.
+on and off, a hybrid of a full-attention and a sliding-window group, async
+scheduling (alone and hybrid), and a KV connector loading synchronously or
+asynchronously (a failed load recomputed, or failing its request). :data:`PLANTED`
+are allocator bugs of the classes vLLM and its neighbours shipped, each patched
+into vLLM's classes for one run (vLLM's files are never edited);
+``tests/vllm/test_fuzz_scheduler_vllm.py`` asserts that the fuzzer finds each
+within a stated number of examples.
 
 Usage, where vLLM 0.34.0 and torch's CPU build are installed (``tox -e fuzz-vllm``)::
 
     python -I tests/vllm/fuzz_scheduler.py --cache .tox/vllm-engine-cache --quick
     python -I tests/vllm/fuzz_scheduler.py --budget 1200 --coverage
     python -I tests/vllm/fuzz_scheduler.py --planted
+
+Against your own fix or connector, the same command with ``--patch my_fix.py`` (a
+file run once vLLM is loaded, which rebinds what the fix changes) or ``--connector
+my_package.module:MyConnector`` (its scheduler side stands in for vLLM's mock in
+the connector configurations).
 
 ``--quick`` (the default) runs a fixed, derandomized number of examples of each
 configuration in a few minutes; ``--budget SECONDS`` shares that many seconds
@@ -56,6 +70,7 @@ import argparse
 import contextlib
 import logging
 import os
+import runpy
 import sys
 import time
 import traceback
@@ -94,6 +109,7 @@ __all__ = [
     "main",
     "parse_arguments",
     "prompt_tokens",
+    "transfer_problems",
 ]
 
 #: Tokens per KV-cache block: small, so that short prompts span several blocks.
@@ -107,6 +123,14 @@ PREFIXES = 3
 PREFIX_BLOCKS = 5
 #: The longest generation a request asks for.
 MAX_TOKENS = 12
+#: Prompt tokens the connector offers each request from outside (capped as a real one caps them).
+CONNECTOR_TOKENS = 2 * BLOCK_SIZE
+#: What the connector's workers report of a load at a model output: ``done`` (loaded),
+#: ``failed`` (the request's load failed: ``failed_recving``), ``invalid`` (some of its
+#: loaded blocks are bad: ``invalid_block_ids``); a load not reported yet is still in flight.
+TRANSFER_OUTCOMES = ("done", "failed", "invalid")
+#: How a request must have finished for the connector to send its KV on: by itself.
+SENT_ON = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED"})
 #: What the checks after each rule include. ``all``: check mode's whole-pool check, the
 #: outside oracle, the end checks; ``outside``: the oracle and the end checks only (for
 #: vLLM's own queue); ``none``: nothing, so only vLLM's own asserts and errors can fail a run.
@@ -142,6 +166,13 @@ class Config:
     max_num_batched_tokens: int = 16
     max_num_seqs: int = 4
     max_model_len: int = 64
+    #: A KV connector beside the pool, vLLM's test ``MockKVConnector``: ``"sync"`` loads
+    #: prompt tokens from outside in the step that schedules them, ``"async"`` over later
+    #: steps (``WAITING_FOR_REMOTE_KVS``); ``None``: no connector.
+    connector: str | None = None
+    #: What the scheduler does with a load that failed (``kv_load_failure_policy``):
+    #: ``"recompute"`` the tokens, or ``"fail"`` the request.
+    load_failure_policy: str = "recompute"
 
 
 CONFIGS: dict[str, Config] = {
@@ -158,6 +189,14 @@ CONFIGS: dict[str, Config] = {
             sliding_window=8,
             async_scheduling=True,
             num_blocks=24,
+        ),
+        Config("connector-sync", prefix_caching=True, connector="sync"),
+        Config("connector-async", prefix_caching=True, connector="async"),
+        Config(
+            "connector-async-fail",
+            prefix_caching=True,
+            connector="async",
+            load_failure_policy="fail",
         ),
     )
 }
@@ -210,6 +249,38 @@ def holder_problems(
     return problems
 
 
+def transfer_problems(
+    blocks: Sequence[Any],
+    loads: dict[str, tuple[int, int, bool, tuple[Any, ...]]],
+    sends: dict[str, tuple[int, ...]],
+) -> list[str]:
+    """What breaks the rule of transfers in flight: a block a transfer still uses is held.
+
+    ``loads`` is the connector's record of the loads it took (request id -> first
+    token, tokens, asynchronous, the blocks written), ``sends`` of the sends (request
+    id -> the ids of the blocks read). Until an asynchronous load or a send is
+    reported ended, its blocks must stay held (``ref_cnt`` above 0), even when its
+    request was aborted or has finished: a block freed under a transfer is reused
+    while the transfer still writes into it or reads it. Returns one line per problem.
+    """
+    problems = [
+        f"block {block.block_id}: free (ref_cnt {block.ref_cnt}) while request "
+        f"{request_id}'s load still writes into it"
+        for request_id, (_, _, is_async, written) in loads.items()
+        if is_async
+        for block in written
+        if block.ref_cnt <= 0
+    ]
+    problems += [
+        f"block {block_id}: free (ref_cnt {blocks[block_id].ref_cnt}) while request "
+        f"{request_id}'s send still reads it"
+        for request_id, read in sends.items()
+        for block_id in read
+        if blocks[block_id].ref_cnt <= 0
+    ]
+    return problems
+
+
 def cache_problems(
     blocks: Sequence[Any], entries: Iterable[tuple[Any, int]], extra: dict[int, set[Any]]
 ) -> list[str]:
@@ -255,6 +326,8 @@ class Stats:
     finished: int = 0
     #: Prompt tokens the prefix cache held, as vLLM's scheduler stats count them.
     hits: int = 0
+    #: The connector's transfers that ended: loads (done, failed, with bad blocks) and sends.
+    transfers: int = 0
     #: The example (1-based) whose run failed first, and the rules each failing run ran.
     first_failure: int | None = None
     failing_lengths: list[int] = field(default_factory=list)
@@ -270,6 +343,7 @@ class Stats:
         self.preemptions += other.preemptions
         self.finished += other.finished
         self.hits += other.hits
+        self.transfers += other.transfers
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +358,10 @@ class Options:
     steps: int
     coverage: bool
     planted: bool
+    #: ``module:Class``: the connector the connector configurations derive theirs from.
+    connector: str | None
+    #: Python files run once vLLM is loaded, before any example: a fix or a bug to try.
+    patches: tuple[Path, ...]
 
 
 def _configs(text: str) -> tuple[str, ...]:
@@ -295,6 +373,22 @@ def _configs(text: str) -> tuple[str, ...]:
             f"{text!r}: expected some of {', '.join(CONFIGS)}, comma-separated"
         )
     return names
+
+
+def _class_path(text: str) -> str:
+    """Parse ``--connector``: ``module:Class``."""
+    module, colon, name = text.partition(":")
+    if not (colon and module and name.isidentifier()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected module:Class")
+    return text
+
+
+def _python_file(text: str) -> Path:
+    """Parse ``--patch``: an existing Python file."""
+    path = Path(text)
+    if path.suffix != ".py" or not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an existing .py file")
+    return path
 
 
 def _positive(text: str) -> float:
@@ -345,6 +439,22 @@ def parse_arguments(argv: Sequence[str] | None = None) -> Options:
         "--coverage", action="store_true", help="report the lines of vLLM's core that ran"
     )
     parser.add_argument(
+        "--connector",
+        type=_class_path,
+        metavar="MODULE:CLASS",
+        help="your KV connector (its scheduler side), in place of vLLM's MockKVConnector "
+        "in the connector configurations",
+    )
+    parser.add_argument(
+        "--patch",
+        type=_python_file,
+        action="append",
+        default=[],
+        metavar="FILE.py",
+        help="a Python file run once vLLM is loaded, before any example (your fix, "
+        "rebinding what it changes in vLLM's modules); may be given more than once",
+    )
+    parser.add_argument(
         "--cache",
         type=Path,
         default=DEFAULT_CACHE,
@@ -363,6 +473,8 @@ def parse_arguments(argv: Sequence[str] | None = None) -> Options:
         steps=arguments.steps,
         coverage=arguments.coverage,
         planted=arguments.planted,
+        connector=arguments.connector,
+        patches=tuple(arguments.patch),
     )
 
 
@@ -389,18 +501,30 @@ class Vllm:
     torch: Any
     kv_cache_interface: Any
     scheduler_classes: tuple[Any, Any]
+    kv_connector_output: Any
+    #: vLLM's test modules (``tests.v1...``), which its connector factory imports by name.
+    test_modules: dict[str, Any]
+    #: ``module:Class`` the connector configurations derive from (``None``: vLLM's mock).
+    connector: str | None
 
 
 _LOADED: list[Vllm] = []
 
 
-def load(cache: Path = DEFAULT_CACHE) -> Vllm:
+def load(cache: Path = DEFAULT_CACHE, connector: str | None = None) -> Vllm:
     """Load vLLM and its test helpers once, then the plugin in check mode, as vLLM's engine does.
 
     vLLM's own queue class (and block class) are kept first, so that a machine can be
-    built on them too (``checked=False``).
+    built on them too (``checked=False``). ``connector`` (``module:Class``) is the
+    connector the connector configurations derive theirs from, instead of vLLM's
+    ``MockKVConnector``.
     """
     if _LOADED:
+        if _LOADED[0].connector != connector:
+            raise ValueError(
+                f"vLLM is loaded in this process with connector {_LOADED[0].connector!r}; "
+                f"{connector!r} needs a process of its own"
+            )
         return _LOADED[0]
     import importlib  # noqa: PLC0415 -- vLLM only where it is installed
 
@@ -409,8 +533,16 @@ def load(cache: Path = DEFAULT_CACHE) -> Vllm:
     with _checkout_tests_set_aside():
         environment = prepare(cache)
         utils = sys.modules["tests.v1.core.utils"]
-    # vLLM logs each refused prefix-cache reset and each preemption: thousands in a run.
-    logging.getLogger("vllm").setLevel(logging.ERROR)
+        base = sys.modules["tests.v1.kv_connector.unit.utils"].MockKVConnector
+        test_modules = {name: module for name, module in sys.modules.items() if _is_tests(name)}
+    if connector is not None:
+        module, _, name = connector.partition(":")
+        base = getattr(importlib.import_module(module), name)
+    _register_connector(base)
+    # vLLM logs each refused prefix-cache reset and each preemption, and as an error each
+    # request a failed load fails (the connector configurations draw thousands): the
+    # fuzzer's findings are exceptions, not log lines.
+    logging.getLogger("vllm").setLevel(logging.CRITICAL)
     kv_cache_utils = environment.kv_cache_utils
     block_pool = environment.block_pool
     shipped = {
@@ -437,14 +569,112 @@ def load(cache: Path = DEFAULT_CACHE) -> Vllm:
         torch=importlib.import_module("torch"),
         kv_cache_interface=importlib.import_module("vllm.v1.kv_cache_interface"),
         scheduler_classes=(sched.Scheduler, async_sched.AsyncScheduler),
+        kv_connector_output=importlib.import_module("vllm.v1.outputs").KVConnectorOutput,
+        test_modules=test_modules,
+        connector=connector,
     )
     _LOADED.append(loaded)
     return loaded
 
 
+#: The name the recording connector is registered under in vLLM's connector factory.
+CONNECTOR_NAME = "FuzzRecordingKVConnector"
+
+
+def _register_connector(base: Any) -> None:
+    """Derive the recording connector from ``base``; register it by name.
+
+    ``base`` is vLLM's test ``MockKVConnector``, or the connector ``--connector``
+    names. vLLM's factory loads a connector by module and class name, so the class is
+    bound in this module, under :data:`CONNECTOR_NAME`, before it is registered.
+    """
+    if CONNECTOR_NAME in globals():
+        return
+    import importlib  # noqa: PLC0415 -- vLLM only where it is installed
+
+    class RecordingKVConnector(base):  # type: ignore[misc]  # vLLM's, untyped
+        """A connector, its answer capped as a real connector's, its transfers kept.
+
+        vLLM's mock offers the same count of tokens to every request; a real connector
+        offers no more than the prompt has beyond what is computed, less the last
+        token, which the model must compute to sample. Each load the scheduler takes
+        (``update_state_after_alloc`` with external tokens) is kept in :attr:`loads`
+        until the machine reports it, as the connector's workers would. A request
+        that finishes by itself (:data:`SENT_ON`) has its KV sent on, as a prefill node sends to a
+        decode node: its blocks stay held (``request_finished`` delays the free)
+        until the machine reports the send ended (:attr:`sends`).
+        """
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            #: Request id -> the ids of the blocks its send reads.
+            self.sends: dict[str, tuple[int, ...]] = {}
+            #: Request id -> the load: its first token, its count of tokens, whether it is
+            #: asynchronous, and the blocks it writes into.
+            self.loads: dict[str, tuple[int, int, bool, tuple[Any, ...]]] = {}
+            #: Request id -> where its last answer started, and whether it was asynchronous.
+            self._asked_at: dict[str, tuple[int, bool]] = {}
+
+        def get_num_new_matched_tokens(
+            self, request: Any, num_computed_tokens: int
+        ) -> tuple[int | None, bool]:
+            matched, is_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
+            if matched is None:
+                return None, False  # deferred: the scheduler asks again at a later step
+            matched = max(0, min(matched, request.num_tokens - 1 - num_computed_tokens))
+            is_async = bool(is_async) and matched > 0
+            self._asked_at[request.request_id] = (num_computed_tokens, is_async)
+            return matched, is_async
+
+        def update_state_after_alloc(
+            self, request: Any, blocks: Any, num_external_tokens: int
+        ) -> None:
+            super().update_state_after_alloc(request, blocks, num_external_tokens)
+            if num_external_tokens > 0:
+                first, is_async = self._asked_at[request.request_id]
+                last = first + num_external_tokens - 1
+                written = tuple(blocks.blocks[0][first // BLOCK_SIZE : last // BLOCK_SIZE + 1])
+                self.loads[request.request_id] = (
+                    first,
+                    num_external_tokens,
+                    is_async,
+                    written,
+                )
+
+        def request_finished(
+            self, request: Any, block_ids: list[int]
+        ) -> tuple[bool, dict[str, Any] | None]:
+            delay, params = super().request_finished(request, block_ids)
+            # As a prefill node's connector does: only a request that ran to its end is
+            # sent on; an aborted one, or one failed (its load failed), is not.
+            if request.status.name not in SENT_ON or not block_ids:
+                return delay, params
+            self.sends[request.request_id] = tuple(block_ids)
+            return True, params
+
+    globals()[CONNECTOR_NAME] = RecordingKVConnector
+    factory = importlib.import_module("vllm.distributed.kv_transfer.kv_connector.factory")
+    factory.KVConnectorFactory.register_connector(CONNECTOR_NAME, __name__, CONNECTOR_NAME)
+
+
 def _is_tests(name: str) -> bool:
     """Whether ``name`` is the package ``tests`` or a module in it."""
     return name == "tests" or name.startswith("tests.")
+
+
+@contextlib.contextmanager
+def _vllm_tests_importable(vllm: Vllm) -> Iterator[None]:
+    """vLLM's test modules back in ``sys.modules`` as ``tests.*`` for the block's length.
+
+    vLLM's config names its test connector by module (``tests.v1.kv_connector...``)
+    and imports it when a scheduler is built with it; the recording connector is
+    imported by its module's name too, this module (under pytest, a ``tests.*`` one).
+    """
+    this = sys.modules[__name__]
+    with _checkout_tests_set_aside():
+        sys.modules.update(vllm.test_modules)
+        sys.modules[__name__] = this
+        yield
 
 
 @contextlib.contextmanager
@@ -489,23 +719,34 @@ def _scheduler_class(vllm: Vllm, config: Config) -> Any:
     """
     base = vllm.scheduler_classes[1 if config.async_scheduling else 0]
     window = config.sliding_window
-    if window is None:
+    if window is None and config.connector is None:
         return base
     interface = vllm.kv_cache_interface
     torch = vllm.torch
 
-    def __init__(self: Any, *args: Any, kv_cache_config: Any, **kwargs: Any) -> None:
-        spec = interface.SlidingWindowSpec(
-            block_size=BLOCK_SIZE,
-            num_kv_heads=1,
-            head_size=1,
-            dtype=torch.float32,
-            sliding_window=window,
+    def __init__(
+        self: Any, *args: Any, vllm_config: Any, kv_cache_config: Any, **kwargs: Any
+    ) -> None:
+        if window is not None:
+            spec = interface.SlidingWindowSpec(
+                block_size=BLOCK_SIZE,
+                num_kv_heads=1,
+                head_size=1,
+                dtype=torch.float32,
+                sliding_window=window,
+            )
+            kv_cache_config.kv_cache_groups.append(interface.KVCacheGroupSpec(["window"], spec))
+        if config.connector is not None:
+            # create_scheduler names vLLM's mock; the recording one derives from it.
+            transfer = vllm_config.kv_transfer_config
+            transfer.kv_connector = CONNECTOR_NAME
+            transfer.kv_load_failure_policy = config.load_failure_policy
+        base.__init__(
+            self, *args, vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kwargs
         )
-        kv_cache_config.kv_cache_groups.append(interface.KVCacheGroupSpec(["window"], spec))
-        base.__init__(self, *args, kv_cache_config=kv_cache_config, **kwargs)
 
-    return type(f"Hybrid{base.__name__}", (base,), {"__init__": __init__})
+    kind = "Hybrid" if window is not None else "Connected"
+    return type(f"{kind}{base.__name__}", (base,), {"__init__": __init__})
 
 
 def build_scheduler(vllm: Vllm, config: Config, *, checked: bool) -> Any:
@@ -522,11 +763,23 @@ def build_scheduler(vllm: Vllm, config: Config, *, checked: bool) -> Any:
             max_model_len=config.max_model_len,
             async_scheduling=config.async_scheduling,
             scheduler_cls=_scheduler_class(vllm, config),
+            use_kv_connector=(
+                None
+                if config.connector is None
+                else utils.mock_kv(
+                    matched_tokens=CONNECTOR_TOKENS,
+                    is_async=config.connector == "async",
+                    # An async connector first answers "not yet" once per request.
+                    num_defers_before_matching=int(config.connector == "async"),
+                )
+            ),
         )
 
-    if checked:
-        return create()
-    with bound(vllm.environment.block_pool, vllm.shipped_bindings):
+    with contextlib.ExitStack() as stack:
+        if config.connector is not None:
+            stack.enter_context(_vllm_tests_importable(vllm))
+        if not checked:
+            stack.enter_context(bound(vllm.environment.block_pool, vllm.shipped_bindings))
         return create()
 
 
@@ -565,6 +818,10 @@ def machine_class(
             self.in_flight: deque[tuple[Any, dict[str, bool]]] = deque()
             self.rule_count = 0
             self.broken = False
+            #: What the connector's workers report at the next model output: load by load,
+            #: and how many of the oldest sends ended.
+            self.reports: list[str] = []
+            self.sent = 0
 
         @contextlib.contextmanager
         def watched(self) -> Iterator[None]:
@@ -651,12 +908,74 @@ def machine_class(
                 [ends[index] if index < len(ends) else SAMPLED_TOKEN] if samples[request_id] else []
                 for index, request_id in enumerate(ids)
             ]
-            result = environment.model_runner_output(req_ids=ids, sampled_token_ids=tokens)
+            result = environment.model_runner_output(
+                req_ids=ids, sampled_token_ids=tokens, kv_connector_output=self.transfers()
+            )
             outputs = self.scheduler.update_from_output(output, result)
             for engine_output in outputs.values():
                 if engine_output.scheduler_stats is not None:
                     stats.hits += engine_output.scheduler_stats.prefix_cache_stats.hits
             self.forget_finished()
+
+        def transfers(self) -> Any:
+            """What the connector's workers report with this model output (``None``: nothing).
+
+            The loads the connector took, in order, meet the outcomes the last
+            ``transfer`` rule drew: a synchronous load was done in the step that
+            scheduled it, so it is reported now, bad blocks and all; an asynchronous
+            one with no outcome left stays in flight.
+            """
+            connector = self.scheduler.connector
+            if connector is None:
+                return None
+            reports, self.reports = self.reports, []
+            sent, self.sent = self.sent, 0
+            sending = list(connector.sends)[:sent]
+            for request_id in sending:
+                del connector.sends[request_id]
+            finished: set[str] = set()
+            failed: set[str] = set()
+            invalid: set[int] = set()
+            ended = 0
+            for index, (request_id, (_, _, is_async, written)) in enumerate(
+                list(connector.loads.items())
+            ):
+                outcome = reports[index] if index < len(reports) else None
+                if outcome is None and is_async:
+                    continue  # still loading
+                del connector.loads[request_id]
+                ended += 1
+                if is_async:
+                    finished.add(request_id)  # a failed load is reported finished too
+                    if outcome == "failed":
+                        failed.add(request_id)
+                request = self.scheduler.requests.get(request_id)
+                if outcome == "invalid" and request is not None and not request.is_finished():
+                    invalid.update(block.block_id for block in written)
+            stats.transfers += ended + len(sending)
+            if not (finished or failed or invalid or sending):
+                return None
+            return vllm.kv_connector_output(
+                finished_sending=set(sending),
+                finished_recving=finished,
+                failed_recving=failed,
+                invalid_block_ids=invalid,
+            )
+
+        # Only with a connector: a rule the other machines do not have leaves their
+        # draws, and so their derandomized runs, as they were.
+        if config.connector is not None:
+
+            @rule(
+                outcomes=st.lists(st.sampled_from(TRANSFER_OUTCOMES), max_size=3),
+                sent=st.integers(0, 2),
+            )
+            def transfer(self, outcomes: list[str], sent: int) -> None:
+                """How the connector's oldest loads end, and how many sends, at the next output."""
+                with self.watched():
+                    self.rule_count += 1
+                    self.reports = list(outcomes)
+                    self.sent = sent
 
         def forget_finished(self) -> None:
             """Drop the requests vLLM has finished from the live list."""
@@ -706,8 +1025,11 @@ def machine_class(
             return held
 
         def oracle(self) -> None:
-            """The reference counts and the sharing rule, from outside the pool."""
+            """The reference counts, the sharing rule, the transfers' blocks: from outside."""
             problems = holder_problems(self.pool.blocks, self.pool.null_block, self.holders())
+            connector = self.scheduler.connector
+            if connector is not None:
+                problems += transfer_problems(self.pool.blocks, connector.loads, connector.sends)
             if problems:
                 raise OracleViolation("; ".join(problems[:4]))
 
@@ -737,15 +1059,24 @@ def machine_class(
         def finish_everything(self) -> None:
             """Abort every request, then step until no request and no deferred free is left."""
             self.scheduler.finish_requests(list(self.scheduler.requests), aborted)
+            connector = self.scheduler.connector
             for _ in range(8):
+                if connector is not None:
+                    # An aborted request's load, and a finished one's send, hold its blocks
+                    # until the transfer ends.
+                    self.reports = ["done"] * len(connector.loads)
+                    self.sent = len(connector.sends)
                 while self.in_flight:
                     self.update(())
                 self.forget_finished()
-                if not self.scheduler.has_unfinished_requests() and not getattr(
-                    self.scheduler, "deferred_frees", ()
+                if (
+                    not self.scheduler.has_unfinished_requests()
+                    and not getattr(self.scheduler, "deferred_frees", ())
+                    and not (connector is not None and (connector.loads or connector.sends))
                 ):
                     return
                 self.schedule()
+
             raise OracleViolation("at the end: the scheduler did not run dry in 8 steps")
 
     SchedulerMachine.__name__ = SchedulerMachine.__qualname__ = (
@@ -942,6 +1273,41 @@ def null_block_freed(vllm: Vllm) -> Iterator[None]:
         yield
 
 
+def abort_frees_loading_blocks(vllm: Vllm) -> contextlib.AbstractContextManager[None]:
+    """An aborted request's blocks are freed at once, though its load still writes into them.
+
+    vLLM holds the blocks of a request aborted in ``WAITING_FOR_REMOTE_KVS`` until
+    its connector reports the load ended; without that delay the blocks go back to
+    the pool, and the next request that takes one gets KV the load overwrites.
+    """
+    original = vllm.scheduler_classes[0]._free_request
+
+    def _free_request(
+        self: Any,
+        request: Any,
+        delay_free_blocks: bool = False,  # noqa: ARG001 -- asked for, and dropped: the bug
+    ) -> Any:
+        return original(self, request, delay_free_blocks=False)
+
+    return bound(vllm.scheduler_classes[0], {"_free_request": _free_request})
+
+
+def send_frees_at_finish(vllm: Vllm) -> contextlib.AbstractContextManager[None]:
+    """A finished request's blocks are freed at once, though its KV is still being sent.
+
+    The scheduler drops the connector's "delay the free" answer: the blocks go back
+    to the pool while the send still reads them, and a request that takes one
+    overwrites KV the decode node has not received yet.
+    """
+    original = vllm.scheduler_classes[0]._connector_finished
+
+    def _connector_finished(self: Any, request: Any) -> tuple[bool, Any]:
+        _, params = original(self, request)
+        return False, params
+
+    return bound(vllm.scheduler_classes[0], {"_connector_finished": _connector_finished})
+
+
 PLANTED: dict[str, Planted] = {
     planted.name: planted
     for planted in (
@@ -974,6 +1340,18 @@ PLANTED: dict[str, Planted] = {
             "a free of the null block",
             "hybrid-sliding-window",
             null_block_freed,
+        ),
+        Planted(
+            "abort-frees-loading-blocks",
+            "vLLM #37076: blocks reused while a load still writes into them",
+            "connector-async",
+            abort_frees_loading_blocks,
+        ),
+        Planted(
+            "send-frees-at-finish",
+            "blocks freed while a send to the decode node still reads them",
+            "connector-sync",
+            send_frees_at_finish,
         ),
     )
 }
@@ -1026,7 +1404,7 @@ def _print_outcome(label: str, outcome: Outcome) -> None:
         f"{label}: {s.examples} examples, {s.rules} rules, {s.steps} scheduler steps, "
         f"{s.requests} requests ({s.finished} finished, {s.aborts} aborted), "
         f"{s.preemptions} preemptions, {s.hits} prefix-cache hit tokens, {s.resets} cache "
-        f"resets; {outcome.seconds:.1f} s; {found}"
+        f"resets, {s.transfers} connector transfers ended; {outcome.seconds:.1f} s; {found}"
     )
 
 
@@ -1072,7 +1450,7 @@ def _fuzz(vllm: Vllm, options: Options) -> int:
             f"  {name}: {total.examples} examples, {total.rules} rules, {total.steps} scheduler "
             f"steps, {total.requests} requests ({total.finished} finished, {total.aborts} "
             f"aborted), {total.preemptions} preemptions, {total.hits} prefix-cache hit tokens, "
-            f"{total.resets} cache resets, "
+            f"{total.resets} cache resets, {total.transfers} connector transfers ended, "
             f"{seconds[name]:.0f} s"
         )
     everything = Stats()
@@ -1135,8 +1513,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_arguments(argv)
     measured = _start_coverage() if options.coverage else None
     start = time.monotonic()
-    vllm = load(options.cache)
+    vllm = load(options.cache, options.connector)
     print(f"vLLM {vllm.environment.version} loaded, the plugin in check mode")
+    for patch in options.patches:
+        runpy.run_path(str(patch), run_name="__fuzz_patch__")
+        print(f"{patch} run")
     status = _planted_report(vllm, options) if options.planted else _fuzz(vllm, options)
     if measured is not None:
         _report_coverage(measured)

@@ -136,6 +136,19 @@ def test_options_read_a_budget_and_configurations() -> None:
     assert parse_arguments(["--cache", "here"]).cache == Path("here")
 
 
+def test_options_read_a_connector_and_patches(tmp_path: Path) -> None:
+    """``--connector`` is kept as ``module:Class``; each ``--patch`` file is kept, in order."""
+    first, second = tmp_path / "fix.py", tmp_path / "other.py"
+    first.write_text("")
+    second.write_text("")
+    options = parse_arguments(
+        ["--connector", "pkg.mod:Mine", "--patch", str(first), "--patch", str(second)]
+    )
+    assert options.connector == "pkg.mod:Mine"
+    assert options.patches == (first, second)
+    assert parse_arguments([]).patches == ()
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -145,6 +158,10 @@ def test_options_read_a_budget_and_configurations() -> None:
         ["--quick", "--budget", "5"],
         ["--examples", "0"],
         ["--steps", "0"],
+        ["--connector", "pkg.mod"],
+        ["--connector", ":Mine"],
+        ["--patch", "no-such-file.py"],
+        ["--patch", "pyproject.toml"],
     ],
 )
 def test_options_refuse_what_cannot_run(argv: list[str]) -> None:
@@ -156,7 +173,7 @@ def test_options_refuse_what_cannot_run(argv: list[str]) -> None:
 def test_every_planted_bug_names_a_known_configuration() -> None:
     """Each planted bug runs on one of the machine's configurations."""
     assert {planted.config for planted in PLANTED.values()} <= set(CONFIGS)
-    assert len(PLANTED) == 5
+    assert len(PLANTED) == 7
 
 
 def test_stats_add_sums_the_counts() -> None:
