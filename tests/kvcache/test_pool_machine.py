@@ -13,7 +13,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
-from specs.pool_driver import PoolDriver, RequestSpec, enumerate_sequences
+from specs.pool_driver import (
+    ENTRIES,
+    PEER_SLOTS,
+    STRAYS,
+    PoolDriver,
+    RequestSpec,
+    enumerate_sequences,
+)
 from verified_queue.kvcache.pool import BlockPool
 
 #: Prompts that share prefixes (mostly), or drawn freely; one token past 64 bits.
@@ -37,6 +44,9 @@ INDEX = st.integers(min_value=0, max_value=7)
 
 #: The default run's examples; the bug matrix runs fewer.
 RUN = settings(max_examples=150, stateful_step_count=30, deadline=None)
+#: The most examples the ownership machine runs: enough for its planted bugs (the most any
+#: needs is 27, derandomized), and the default run stays near the two machines' time.
+OWNERSHIP_EXAMPLES = 100
 
 
 class PoolAgainstModel(RuleBasedStateMachine):
@@ -102,17 +112,66 @@ class PoolWithoutCaching(PoolAgainstModel):
     enable_caching = False
 
 
+class PoolOwnership(PoolAgainstModel):
+    """The same steps, caching on, and ownership: other pools, pools gone, stray blocks.
+
+    A machine of its own, so that the two above draw the steps they always drew (the
+    planted-bug matrix counts on them) and so that the ownership mutants can be run alone.
+    """
+
+    @rule(
+        index=INDEX,
+        slot=st.sampled_from(PEER_SLOTS),
+        count=st.integers(min_value=0, max_value=3),
+        cache=st.booleans(),
+    )
+    def hold_foreign(self, index: int, slot: str, count: int, cache: bool) -> None:
+        """A request also holds blocks of another pool, maybe cached there."""
+        self.driver.hold_foreign(index, slot, count, cache)
+
+    @rule(slot=st.sampled_from(PEER_SLOTS))
+    def drop_peer(self, slot: str) -> None:
+        """Drop another pool whose blocks requests may hold."""
+        self.driver.drop_peer(slot)
+
+    @rule(
+        kind=st.sampled_from(STRAYS),
+        entry=st.sampled_from(ENTRIES),
+        index=INDEX,
+        position=st.integers(min_value=0, max_value=7),
+        which=st.integers(min_value=0, max_value=3),
+    )
+    def misuse_foreign(self, kind: str, entry: str, index: int, position: int, which: int) -> None:
+        """Pass a block that is not the pool's own, among a request's, to a pool entry point."""
+        self.driver.misuse_foreign(kind, entry, index, position, which)
+
+
+def _over(machine: type[PoolAgainstModel], pool_type: type[BlockPool]) -> type[PoolAgainstModel]:
+    return type(f"{machine.__name__}Over{pool_type.__name__}", (machine,), {"pool_type": pool_type})
+
+
+def run_ownership_machine(pool_type: type[BlockPool], run: Any = RUN) -> None:
+    """Run the ownership machine over ``pool_type``, at most :data:`OWNERSHIP_EXAMPLES`
+    examples of ``run``'s; raise on a mismatch."""
+    examples = min(run.max_examples, OWNERSHIP_EXAMPLES)
+    run_state_machine_as_test(
+        _over(PoolOwnership, pool_type), settings=settings(run, max_examples=examples)
+    )
+
+
 def run_pool_machine(pool_type: type[BlockPool], run: Any = RUN) -> None:
-    """Run the machine over ``pool_type`` with caching on, then off; raise on a mismatch."""
+    """Run the machine over ``pool_type`` with caching on, then off, then with ownership steps.
+
+    Raises on a mismatch.
+    """
     for machine in (PoolAgainstModel, PoolWithoutCaching):
-        over = type(
-            f"{machine.__name__}Over{pool_type.__name__}", (machine,), {"pool_type": pool_type}
-        )
-        run_state_machine_as_test(over, settings=run)
+        run_state_machine_as_test(_over(machine, pool_type), settings=run)
+    run_ownership_machine(pool_type, run)
 
 
 def test_pool_matches_model() -> None:
-    """The pool shows what the model does after every step, caching on and off."""
+    """The pool shows what the model does after every step, caching on and off, and with
+    blocks of other pools, of pools that are gone and of none."""
     run_pool_machine(BlockPool)
 
 

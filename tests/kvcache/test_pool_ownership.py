@@ -223,3 +223,22 @@ def test_no_block_to_pool_cycle_keeps_a_dropped_pool_alive() -> None:
     finally:
         gc.enable()
     assert all(block.pool is not None and block.pool() is None for block in blocks)
+
+
+def test_a_refused_free_keeps_no_pool_alive() -> None:
+    """A double free refused leaves no reference cycle: the pools it reached go when dropped.
+
+    The error used to stay bound in the frame that raised it, which its traceback holds: a
+    cycle that kept both pools (and the error) alive until the next collection.
+    """
+    ours, theirs = BlockPool(4), BlockPool(4)
+    held = theirs.get_new_blocks(1)
+    gc.disable()
+    try:
+        with pytest.raises(DoubleFreeError):
+            ours.free_blocks(held * 2)
+        gone = weakref.ref(theirs), weakref.ref(ours)
+        del theirs, ours
+        assert [reference() for reference in gone] == [None, None]
+    finally:
+        gc.enable()
