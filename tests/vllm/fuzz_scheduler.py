@@ -1487,8 +1487,10 @@ def _start_coverage() -> Any:
     """coverage.py, started before vLLM is imported, measuring vLLM's files only."""
     import importlib  # noqa: PLC0415 -- coverage.py only for --coverage
 
+    # Not the project's configuration (config_file=False): its source_pkgs names this
+    # package, and coverage.py then ignores include, so vLLM's lines would go unmeasured.
     measured = importlib.import_module("coverage").Coverage(
-        data_file=None, include=["*/vllm/v1/core/*"]
+        data_file=None, config_file=False, include=["*/vllm/v1/core/*"]
     )
     measured.start()
     return measured

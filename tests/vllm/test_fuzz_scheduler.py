@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.vllm import fuzz_scheduler
 from tests.vllm.fuzz_scheduler import (
     BLOCK_SIZE,
     CONFIGS,
@@ -207,3 +208,17 @@ def test_machine_refuses_a_level_it_cannot_check() -> None:
         machine_class(vllm, CONFIGS["async"], checked=False, checks="all", stats=Stats())
     with pytest.raises(ValueError, match="expected one of"):
         machine_class(vllm, CONFIGS["async"], checks="some", stats=Stats())
+
+
+def test_coverage_measures_vllms_core_not_this_package() -> None:
+    """``--coverage`` reads vLLM's files only: the project's coverage settings are not applied.
+
+    pyproject.toml names this package as coverage.py's source, and a source set makes
+    coverage.py ignore ``include``: every vLLM line would be reported unrun.
+    """
+    pytest.importorskip("coverage")
+    measured = fuzz_scheduler._start_coverage()
+    measured.stop()
+    assert not measured.get_option("run:source_pkgs")
+    assert not measured.get_option("run:source")
+    assert measured.get_option("run:include") == ["*/vllm/v1/core/*"]
