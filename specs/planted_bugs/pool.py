@@ -302,7 +302,12 @@ class FreeIgnoresEvictFirst(BlockPool):
                 annotate = getattr(self.free_block_queue, "annotate", None)
                 if annotate is not None:
                     annotate(error, "free_blocks", (block,), freeing=True)
-                raise error
+                try:
+                    raise error
+                finally:
+                    # No cycle from this frame through the error's traceback back to it: it
+                    # would keep the pools of the free alive until a collection (P5).
+                    del error
             left[id(block)] = count
             if count == 0:
                 if block.prev_free_block is not None or block.next_free_block is not None:
@@ -347,7 +352,12 @@ class FreeCountsEachListingAlone(BlockPool):
                 annotate = getattr(self.free_block_queue, "annotate", None)
                 if annotate is not None:
                     annotate(error, "free_blocks", (block,), freeing=True)
-                raise error
+                try:
+                    raise error
+                finally:
+                    # No cycle from this frame through the error's traceback back to it: it
+                    # would keep the pools of the free alive until a collection (P5).
+                    del error
             left[id(block)] = count
             if count == 0:
                 if block.prev_free_block is not None or block.next_free_block is not None:
