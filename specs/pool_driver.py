@@ -69,6 +69,7 @@ __all__ = [
     "PoolDriver",
     "RequestSpec",
     "enumerate_sequences",
+    "enumerate_strays",
 ]
 
 #: Tokens per block: small, so that short prompts fill several blocks.
@@ -852,4 +853,39 @@ def enumerate_sequences(
                         steps[name](driver)
                 except Exception as error:  # a mismatch, or a crash of the pool under test
                     return runs, [*names, f"{type(error).__name__}: {error}"]
+    return runs, None
+
+
+def enumerate_strays(
+    *, num_blocks: int = 6, pool_type: type[BlockPool] = BlockPool
+) -> tuple[int, list[str] | None]:
+    """Pass every stray block to every entry, at each position and beside each other pool.
+
+    Every kind of :data:`STRAYS` goes to every entry of :data:`ENTRIES`
+    (:meth:`PoolDriver.misuse_foreign`), put at the first or the second of a request's
+    blocks, with each of the four choices ``which`` makes (the block id a made block
+    names, which other pool, a third pool held beside); each from a fresh pool holding
+    one request (admitted, its full blocks cached; or three blocks allocated, none
+    cached), which is freed after, so that damage the misuse left shows.
+    Complete at this scope, where the ownership machine draws at random. Returns the
+    number of runs and the first failure: the steps followed by the mismatch.
+    """
+    runs = 0
+    starts: dict[str, Callable[[PoolDriver], None]] = {
+        "admit A": lambda d: d.admit(RequestSpec((1, 2, 3, 4, 5))),  # its full blocks cached
+        "allocate 3": lambda d: d.allocate(3),  # none cached: a cache call gets to each
+    }
+    for (start, prepare), kind, entry, position, which in itertools.product(
+        starts.items(), STRAYS, ENTRIES, (0, 1), range(4)
+    ):
+        runs += 1
+        steps = [start, f"{entry}: {kind} (position {position}, which {which})"]
+        try:
+            driver = PoolDriver(num_blocks, pool_type=pool_type)
+            prepare(driver)
+            driver.misuse_foreign(kind, entry, 0, position, which)
+            while driver.requests:
+                driver.free(0)
+        except Exception as error:  # a mismatch, or a crash of the pool under test
+            return runs, [*steps, f"{type(error).__name__}: {error}"]
     return runs, None

@@ -20,6 +20,7 @@ from specs.pool_driver import (
     PoolDriver,
     RequestSpec,
     enumerate_sequences,
+    enumerate_strays,
 )
 from verified_queue.kvcache.pool import BlockPool
 
@@ -180,6 +181,13 @@ def test_every_short_sequence_matches_model() -> None:
     runs, failure = enumerate_sequences(depth=3)
     assert failure is None, failure
     assert runs == 2 * (14 + 14**2 + 14**3)
+
+
+def test_every_stray_block_at_every_entry_matches_model() -> None:
+    """Every kind of stray block, to every entry, at each position, beside each other pool."""
+    runs, failure = enumerate_strays()
+    assert failure is None, failure
+    assert runs == 2 * len(STRAYS) * len(ENTRIES) * 2 * 4
 
 
 def test_an_accepted_double_free_leaves_no_request_holding_free_blocks() -> None:
