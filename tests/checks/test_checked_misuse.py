@@ -31,8 +31,10 @@ from verified_queue.invariants import (
     NO_DUPLICATES,
     SENTINEL_LINKAGE,
     check_invariants,
+    is_block,
 )
 from verified_queue.queue import FreeBlockQueue
+from verified_queue.traced import TracedFreeBlockQueue
 
 
 def test_foreign_remove_rejected_unchanged() -> None:
@@ -380,6 +382,69 @@ def test_a_block_has_both_links_or_none_that_count() -> None:
     assert not has_links(_OneLink())
     assert not has_links(object())
     assert not has_links(RaisingLookup())
+
+
+class _PrevOnly:
+    """An object with a ``prev_free_block`` and no ``next_free_block``: not a block either."""
+
+    prev_free_block = None
+
+
+_ONE_LINK = pytest.mark.parametrize("kind", [_PrevOnly, _OneLink], ids=["prev only", "next only"])
+_EVERY_QUEUE = pytest.mark.parametrize(
+    "queue_type",
+    [FreeBlockQueue, CheckedFreeBlockQueue, TracedFreeBlockQueue],
+    ids=["production", "checked", "traced"],
+)
+
+
+@_ONE_LINK
+def test_one_link_either_way_is_not_a_block(kind: type) -> None:
+    """``has_links`` and ``is_block`` need both links, whichever one is missing."""
+    assert not has_links(kind())
+    assert not is_block(kind())
+
+
+@_ONE_LINK
+@_EVERY_QUEUE
+@pytest.mark.parametrize(
+    "call",
+    [
+        "append",
+        "remove",
+        "append_n",
+        "prepend_n",
+        "append_n after a detached block",
+        "constructor",
+    ],
+)
+def test_an_object_with_one_link_is_refused_by_every_entry_point(
+    kind: type, queue_type: type[Any], call: str
+) -> None:
+    """Every entry point that asks ``has_links`` refuses an object with one link as no block.
+
+    With either link missing, on every queue: a ``WrongTypeError`` that says a block was
+    expected (not the compiled build's "subclass Block"), the queue and the object as they were.
+    """
+    blocks = [Block() for _ in range(3)]
+    value = kind()
+    queue = queue_type(blocks[:2])
+    operations: dict[str, Callable[[], object]] = {
+        "append": lambda: queue.append(value),
+        "remove": lambda: queue.remove(value),
+        "append_n": lambda: queue.append_n([value]),
+        "prepend_n": lambda: queue.prepend_n([value]),
+        "append_n after a detached block": lambda: queue.append_n([blocks[2], value]),
+        "constructor": lambda: queue_type([blocks[2], value]),
+    }
+    with pytest.raises(WrongTypeError, match="expected a block") as caught:
+        operations[call]()
+    assert "subclass verified_queue.Block" not in str(caught.value)
+    assert queue.get_all_free_blocks() == blocks[:2]
+    assert blocks[2].prev_free_block is None
+    assert blocks[2].next_free_block is None
+    assert vars(value) == {}
+    check_invariants(queue)
 
 
 class _RaisingEverywhere:

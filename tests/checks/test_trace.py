@@ -199,6 +199,20 @@ def claim_a_count_written_from_outside_names_the_writer(make: MakeQueue) -> None
         )
 
 
+def claim_the_queues_own_count_writes_are_not_from_outside(make: MakeQueue) -> None:
+    """The queue's own operations write its count: an error after them names no outside writer."""
+    blocks = [Block() for _ in range(3)]
+    queue = make(blocks[:2])
+    queue.popleft()
+    queue.append(blocks[2])
+    queue.popleft_n(2)
+    queue.prepend_n(blocks[:2])
+    with pytest.raises(AlreadyInQueueError) as caught:
+        queue.append(blocks[0])
+    assert history_of(caught.value).count_written is None
+    assert "from outside" not in shown(caught.value)
+
+
 def claim_damage_lists_the_last_operations_and_the_damaged_blocks(make: MakeQueue) -> None:
     """Damage found by a check: the last N operations, oldest first, and the blocks' records."""
     blocks = [Block() for _ in range(5)]
@@ -301,6 +315,7 @@ CLAIMS = [
     claim_remove_of_a_detached_block_names_where_it_left,
     claim_a_foreign_block_names_where_the_other_queue_linked_it,
     claim_a_count_written_from_outside_names_the_writer,
+    claim_the_queues_own_count_writes_are_not_from_outside,
     claim_damage_lists_the_last_operations_and_the_damaged_blocks,
     claim_operations_and_threads_are_recorded,
     claim_the_ring_keeps_the_last_n,
