@@ -379,7 +379,7 @@ def not_a_member(
     before: object = block.prev_free_block  # type: ignore[attr-defined]
     after: object = block.next_free_block  # type: ignore[attr-defined]
     if before is None and after is None:
-        return NotInQueueError(f"{operation}: the block is not linked in a queue")
+        return NotInQueueError(f"{operation}: it is not linked in a queue")  # as not_linked says
     if (
         is_block(before)
         and (before is queue.fake_free_list_head or id(before) in members)

@@ -107,10 +107,10 @@ def test_each_membership_diagnostic() -> None:
     foreign = world.other_blocks[0]
     assert (type(error_of(lambda: q.remove(spare))), str(error_of(lambda: q.remove(spare)))) == (
         NotInQueueError,
-        f"remove({spare!r}): the block is not linked in a queue",
+        f"remove({spare!r}): it is not linked in a queue",
     )
     assert str(error_of(lambda: q.iter_blocks_after(spare))) == (
-        f"iter_blocks_after({spare!r}): the block is not linked in a queue"
+        f"iter_blocks_after({spare!r}): it is not linked in a queue"
     )
     assert str(error_of(lambda: q.remove(foreign))) == (
         f"remove({foreign!r}): it is linked in another queue"
