@@ -965,8 +965,7 @@ PLANTED = (
     PlantedBug(
         "uninstall leaves a module imported while installed on our class",
         r"vllm\.v1\.[\w.]+\.\w+ is .*, not Vllms",
-        "                if cls is not None and namespace.get(name) is cls"
-        " and name in self.originals:",
+        "                if cls is not None and namespace.get(name) is cls and name in originals:",
         "                if False:",
     ),
     PlantedBug(

@@ -276,9 +276,6 @@ class _Installation:
         self.queue = queue
         self.block = block
         self.replaced: list[tuple[types.ModuleType, str, object]] = []
-        #: vLLM's class each name held in ``kv_cache_utils`` before it was first replaced:
-        #: what a module that imported the name from there while installed gets back.
-        self.originals: dict[str, object] = {}
 
     def rebind(self, module: types.ModuleType) -> bool:
         """Bind the queue (and block) in ``module`` where it bound vLLM's; say if it did."""
@@ -293,8 +290,6 @@ class _Installation:
             and current.__module__ == KV_CACHE_UTILS
         ):
             self.replaced.append((module, QUEUE_NAME, current))
-            if module.__name__ == KV_CACHE_UTILS:
-                self.originals.setdefault(QUEUE_NAME, current)
             namespace[QUEUE_NAME] = self.queue
             changed = True
         block = namespace.get(BLOCK_NAME)
@@ -306,8 +301,6 @@ class _Installation:
             and block.__module__ == KV_CACHE_UTILS
         ):
             self.replaced.append((module, BLOCK_NAME, block))
-            if module.__name__ == KV_CACHE_UTILS:
-                self.originals.setdefault(BLOCK_NAME, block)
             namespace[BLOCK_NAME] = self.block
             changed = True
         return changed
@@ -321,12 +314,18 @@ class _Installation:
         """
         for module, name, original in reversed(self.replaced):
             vars(module)[name] = original
+        # What kv_cache_utils held before it was first replaced (reversed: the first wins).
+        originals = {
+            name: original
+            for module, name, original in reversed(self.replaced)
+            if module.__name__ == KV_CACHE_UTILS
+        }
         ours = {QUEUE_NAME: self.queue, BLOCK_NAME: self.block}
         for module in loaded_vllm_modules():
             namespace = vars(module)
             for name, cls in ours.items():
-                if cls is not None and namespace.get(name) is cls and name in self.originals:
-                    namespace[name] = self.originals[name]
+                if cls is not None and namespace.get(name) is cls and name in originals:
+                    namespace[name] = originals[name]
 
     def rebind_loaded(self) -> list[str]:
         """Rebind every loaded vLLM module; return the names of those changed."""
