@@ -1,12 +1,14 @@
 """Mutation testing of check mode, the error builders and the block pool, one module at a time.
 
+The quick loop for one module: ``mutation/run.py`` (``tox -e mutation``) mutates the whole
+package with the whole suite; this mutates one module with the few test files named for it.
 The modules: ``invariants.py``, ``checked.py``, ``_diagnosis.py`` (check mode's diagnosis),
-``_messages.py`` (the error builders ``queue.py`` shares with check mode, whose own run,
-``mutation/run.py``, mutates ``queue.py`` only) and the block pool's ``kvcache/pool.py``,
+``_messages.py`` (the error builders ``queue.py`` shares with check mode) and the block
+pool's ``kvcache/pool.py``,
 ``kvcache/_repair.py`` (its repairs after an interrupt), ``kvcache/keys.py`` and
 ``vllm/pool_checks.py`` (vLLM's pool checked from its queue). ``tox -e
 mutation-checkers`` runs this from an empty directory. For each module it copies the checkout
-there (as ``mutation/run.py`` does for ``queue.py``), writes a ``setup.cfg`` whose ``[mutmut]``
+there (as ``mutation/run.py`` does), writes a ``setup.cfg`` whose ``[mutmut]``
 section mutates that module only and runs the tests that exercise it, runs ``mutmut run``, and
 then fails unless
 

@@ -1,26 +1,35 @@
-"""Mutation testing of the production queue: run mutmut in a scratch copy and judge the score.
+"""Mutation testing of the whole package: mutmut over every module, with per-mutant test selection.
 
 ``tox -e mutation`` runs this from an empty directory. It copies the checkout's sources and
 tests there (mutmut writes a ``mutants/`` tree next to them, which must not land in the
-checkout), runs ``mutmut run`` over ``verified_queue/queue.py`` and ``_undo.py`` (``setup.cfg``)
-with the whole test suite, then fails unless
+checkout), runs ``mutmut run`` over every module of ``verified_queue/`` (``setup.cfg``) with
+the whole test suite, and then fails unless, for every module,
 
-- at least ``--threshold`` percent of the mutants are killed (a failing test, a timeout or a
-  crash all count: the tests did not pass with the mutant in place), and
-- every mutant that is not killed is named in ``docs/mutation-survivors.md`` with the reason
-  it is equivalent.
+- at least ``--threshold`` percent of its mutants are detected (a failing test, a timeout or
+  a crash all count: the tests did not pass with the mutant in place), and
+- every mutant that is not detected is named in ``docs/mutation-survivors.md`` with the
+  reason it survives.
 
-Usage: ``python mutation/run.py [--threshold 98]`` from any empty working directory.
+Each mutant runs only the tests that called its function in mutmut's stats run, fastest
+first, each under a CPU limit scaled from its own time (``mutation/selection.py``, the
+pytest plugin this script loads into mutmut's runs): most mutants are killed by the first
+cheap test, and a mutant that makes the code spin costs seconds, not hours. What is left
+out of the tests, and why, is in ``setup.cfg``.
+
+Usage: ``python mutation/run.py [--threshold 98] [--max-children N] [--only GLOB]`` from any
+empty working directory; ``--only`` mutates the modules matching a glob (``'*/queue.py'``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +41,7 @@ COPIED = [
     "tests",
     "bench",
     "docs",
+    "mutation",
     "setup.cfg",
     "pyproject.toml",
     "README.md",
@@ -40,6 +50,9 @@ COPIED = [
 ]
 SURVIVORS_FILE = ROOT / "docs" / "mutation-survivors.md"
 DETECTED = ("killed", "timeout", "segfault")
+#: mutmut's name of a mutant: the module, then ``x_function`` or ``xǁClassǁmethod``, then
+#: ``__mutmut_N``.
+MODULE_OF_MUTANT = re.compile(r"^(?P<module>[\w.]+?)\.x[_ǁ]")
 
 
 def copy_checkout(destination: Path) -> None:
@@ -53,62 +66,112 @@ def copy_checkout(destination: Path) -> None:
             shutil.copy2(source, destination / name)
 
 
-def mutmut(*arguments: str) -> str:
-    """Run a mutmut command in the current directory and return its output."""
+def only(work: Path, pattern: str) -> None:
+    """Narrow the copy's ``setup.cfg`` to the modules matching ``pattern``."""
+    config = work / "setup.cfg"
+    text = config.read_text(encoding="utf-8")
+    config.write_text(
+        text.replace("[mutmut]\n", f"[mutmut]\nonly_mutate = {pattern}\n", 1), encoding="utf-8"
+    )
+
+
+def mutmut(work: Path, *arguments: str) -> str:
+    """Run a mutmut command in ``work`` and return its output."""
     done = subprocess.run(
         [sys.executable, "-m", "mutmut", *arguments],
         capture_output=True,
         text=True,
         check=False,
+        cwd=work,
     )
     if done.returncode != 0:
         raise SystemExit(f"mutmut {' '.join(arguments)} failed:\n{done.stdout}\n{done.stderr}")
     return done.stdout
 
 
-def undetected(results: str) -> dict[str, str]:
-    """The mutants ``mutmut results`` lists whose tests did not fail, by name."""
+def statuses(results: str) -> dict[str, str]:
+    """Every mutant ``mutmut results --all true`` lists, with its status, by name."""
     found: dict[str, str] = {}
     for line in results.splitlines():
         name, _, status = line.strip().rpartition(": ")
-        if name and status not in DETECTED:
+        if name:
             found[name] = status
     return found
 
 
+def undetected(results: str) -> dict[str, str]:
+    """The mutants ``mutmut results`` lists whose tests did not fail, by name."""
+    return {name: s for name, s in statuses(results).items() if s not in DETECTED}
+
+
+def module_of(mutant: str) -> str:
+    """The dotted module a mutant's name starts with."""
+    match = MODULE_OF_MUTANT.match(mutant)
+    return match.group("module") if match else mutant.rpartition(".")[0]
+
+
+def judge(found: dict[str, str], threshold: float) -> bool:
+    """Print each module's score and its survivors; whether every module passes."""
+    by_module: dict[str, Counter[str]] = defaultdict(Counter)
+    for name, status in found.items():
+        by_module[module_of(name)][status] += 1
+    explained = SURVIVORS_FILE.read_text(encoding="utf-8")
+    passed = True
+    print(f"{'module':<40} {'mutants':>7} {'detected':>8} {'score':>6}  not detected")
+    for module in sorted(by_module):
+        counts = by_module[module]
+        total = sum(counts.values())
+        detected = sum(counts[status] for status in DETECTED)
+        score = 100.0 * detected / total
+        rest = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s not in DETECTED)
+        print(f"{module:<40} {total:>7} {detected:>8} {score:>5.1f}%  {rest}")
+        if score < threshold:
+            passed = False
+    everything = Counter(found.values())
+    total = sum(everything.values())
+    detected = sum(everything[status] for status in DETECTED)
+    print(
+        f"all: {detected} of {total} mutants detected ({100.0 * detected / max(total, 1):.1f}%): "
+        + ", ".join(f"{n} {s}" for s, n in sorted(everything.items()))
+    )
+    unexplained = []
+    for name, status in sorted(found.items()):
+        if status in DETECTED:
+            continue
+        known = re.search(re.escape(name) + r"\b", explained) is not None
+        if not known:
+            unexplained.append(name)
+        print(f"  {status}: {name}{'' if known else '  (NOT EXPLAINED)'}")
+    if not passed:
+        print(f"FAILED: a module's score is under {threshold}%")
+    if unexplained:
+        print(f"FAILED: explain every survivor in {SURVIVORS_FILE.relative_to(ROOT)}")
+    return passed and not unexplained
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the mutation pass; return 0 when the score and the survivor list are acceptable."""
+    """Run the mutation pass; return 0 when every module's score and survivors are acceptable."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threshold", type=float, default=98.0, help="minimum percent killed")
+    parser.add_argument("--threshold", type=float, default=98.0, help="minimum percent detected")
+    parser.add_argument("--max-children", type=int, help="mutants at once (default: one a core)")
+    parser.add_argument("--only", help="mutate only the modules matching this glob")
     args = parser.parse_args(argv)
     work = Path.cwd()
     if any(work.iterdir()):
         raise SystemExit(f"run this from an empty directory, not {work}")
+    start = time.monotonic()
     copy_checkout(work)
-    # mutmut prints a progress line per mutant; its summary is what matters here.
-    subprocess.run([sys.executable, "-m", "mutmut", "run"], check=True)
-    mutmut("export-cicd-stats")
-    stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
-    killed = sum(stats[status] for status in DETECTED)
-    total = stats["total"]
-    score = 100.0 * killed / total if total else 0.0
-    survivors = undetected(mutmut("results", "--all", "true"))
-    print(
-        f"mutation score: {killed} of {total} mutants killed ({score:.1f}%): "
-        f"{stats['killed']} by a failing test, {stats['timeout']} by a timeout, "
-        f"{stats['segfault']} by a crash; {len(survivors)} not killed"
-    )
-    explained = SURVIVORS_FILE.read_text(encoding="utf-8")
-    unexplained = [name for name in survivors if not re.search(re.escape(name) + r"\b", explained)]
-    for name, status in survivors.items():
-        print(f"  {status}: {name}{'  (NOT EXPLAINED)' if name in unexplained else ''}")
-    if score < args.threshold:
-        print(f"FAILED: the score is under {args.threshold}%")
-        return 1
-    if unexplained:
-        print(f"FAILED: explain every survivor in {SURVIVORS_FILE.relative_to(ROOT)}")
-        return 1
-    return 0
+    if args.only:
+        only(work, args.only)
+    # The plugin that orders and limits each mutant's tests, loaded by setup.cfg's `-p selection`.
+    env = os.environ | {"PYTHONPATH": str(work / "mutation")}
+    children = [] if args.max_children is None else ["--max-children", str(args.max_children)]
+    once = str(work / "mutation" / "mutmut_once.py")
+    subprocess.run([sys.executable, once, "run", *children], check=True, env=env)
+    found = statuses(mutmut(work, "results", "--all", "true"))
+    minutes = (time.monotonic() - start) / 60
+    print(f"mutation run: {minutes:.1f} min from the copy to the verdict")
+    return 0 if judge(found, args.threshold) else 1
 
 
 if __name__ == "__main__":
