@@ -1,0 +1,83 @@
+"""The pytest plugin that records which tests call which functions of the package, and their cost.
+
+Loaded by ``python mutation/swap.py collect`` (as ``-p calls``, with ``SWAP_CALLS_DIR`` set),
+in every xdist worker: while each test runs, a profile function notes every function of the
+package that is entered (by its module and qualified name), in every thread; at the end each
+worker writes what it saw, each test's CPU time and the tests that failed to
+``SWAP_CALLS_DIR/<worker>.json``, which ``swap.py`` merges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import types
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: The functions each test entered, each test's CPU time, and what the running test has
+#: entered so far.
+_calls: dict[str, set[str]] = {}
+_cpu: dict[str, float] = {}
+_seen: set[str] = set()
+#: Tests that failed in this run: their calls are not kept (the run fails or they are left out).
+_failed: set[str] = set()
+#: co_filename -> whether it is a file of the package, filled on first sight of each file.
+_in_package: dict[str, bool] = {}
+_PACKAGE = str(Path(__file__).resolve().parent.parent / "verified_queue") + os.sep
+
+
+def key_of(module: str, code: types.CodeType) -> str:
+    """A function's key, as ``swap.py`` names a mutant's: ``module:Class.function``."""
+    return f"{module}:{code.co_qualname}"
+
+
+def _profile(frame: types.FrameType, event: str, _arg: Any) -> None:
+    # Keyed by where the code was defined, read from the frame: any copy of a function's
+    # code (a reloaded module, a planted bug compiled from the module's file) and any alias
+    # of it (check mode keeps the queue's popleft as _super_popleft) counts as the function.
+    if event == "call":
+        code = frame.f_code
+        filename = code.co_filename
+        inside = _in_package.get(filename)
+        if inside is None:
+            inside = _in_package[filename] = os.path.realpath(filename).startswith(_PACKAGE)
+        if inside and "<" not in code.co_qualname:  # not a nested function, lambda, module
+            _seen.add(key_of(frame.f_globals.get("__name__", "?"), code))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    _seen.clear()
+    start = time.process_time()
+    threading.setprofile(_profile)
+    sys.setprofile(_profile)
+    try:
+        return (yield)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+        _cpu[item.nodeid] = time.process_time() - start
+        for key in _seen:
+            _calls.setdefault(key, set()).add(item.nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        _failed.add(report.nodeid)
+
+
+def pytest_sessionfinish() -> None:
+    directory = os.environ.get("SWAP_CALLS_DIR")
+    if not directory:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    calls = {key: sorted(tests - _failed) for key, tests in _calls.items()}
+    data = {"calls": calls, "cpu": _cpu, "failed": sorted(_failed)}
+    (Path(directory) / f"{worker}.json").write_text(json.dumps(data), encoding="utf-8")

@@ -1,0 +1,320 @@
+"""Mutation testing without trampolines: each mutant's code swapped into the live function.
+
+mutmut 3 runs a mutant by routing every call of every mutated function through a
+trampoline, a function of its own that picks the original or the mutant. The trampolines
+add a frame to every call, and the package tells callers apart by frames: the trace level
+records who wrote the count by frame depth, and vLLM's checked queues tell vLLM's writes of
+the count from their own by the writing frame's globals. Under the trampolines those tests
+fail on the unmutated code, so ``mutation/run.py`` leaves them out (``setup.cfg``), and the
+trace level's and the vLLM adapters' mutants meet few of their tests.
+
+This runner keeps mutmut's mutants (the same operators, the same names) and runs them
+another way. Every mutant is one function changed; in a process that has imported the
+package and the tests, the runner forks, and the child assigns the mutant's code object to
+the live function (``function.__code__``), so every reference to it, every subclass and
+every frame sees the mutant with nothing added, then runs the tests that called that
+function, fastest first, each under a CPU limit (``mutation/selection.py``), stopping at the
+first failure. The source files on disk stay as they are, so the tests that plant bugs by
+editing a module's source run too. Which tests call which function comes from one run of the
+suite under ``sys.setprofile`` (``--collect``), spread over the cores.
+
+Usage (from the checkout, with the mutation group installed)::
+
+    python mutation/swap.py collect --out calls.json [-n 2]   # which tests call what
+    python mutation/swap.py run --calls calls.json [--only GLOB] [--max-children 2]
+"""
+
+from __future__ import annotations
+import __future__
+
+import argparse
+import fnmatch
+import importlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import types
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import run as whole_package_run  # mutation/run.py: the verdict, module by module
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "verified_queue"
+HERE = Path(__file__).resolve().parent
+SEPARATOR = "ǁ"
+#: mutmut's exit code for a mutant stopped by its time limit; its status names by exit code.
+STATUS = {0: "survived", 1: "killed", 36: "timeout", 5: "no tests"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One of mutmut's mutants: its name, where its function lives, and the function's source."""
+
+    name: str
+    module: str
+    class_name: str | None
+    function: str
+    source: str
+
+    @property
+    def key(self) -> str:
+        """The function's key in the call map: ``module:Class.function`` or ``module:function``."""
+        owner = f"{self.class_name}." if self.class_name else ""
+        return f"{self.module}:{owner}{self.function}"
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of the package module at ``path``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def generate(only: str | None = None) -> list[Mutant]:
+    """mutmut's mutants of every module of the package (or those matching ``only``)."""
+    # mutmut is in the mutation group only; the runner's tests swap mutants written by hand.
+    from mutmut.mutation.file_mutation import mutate_file_contents  # noqa: PLC0415
+
+    mutants = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = str(path.relative_to(ROOT))
+        if only and not fnmatch.fnmatch(relative, only):
+            continue
+        mutated = mutate_file_contents(relative, path.read_text(encoding="utf-8"))
+        lines = mutated.code.splitlines(keepends=True)
+        module = module_name(path)
+        for mangled in mutated.mutant_names:
+            span = mutated.line_span_by_function_name[mangled]
+            source = textwrap.dedent("".join(lines[span.start - 1 : span.end]))
+            function = mangled.partition("__mutmut_")[0]
+            class_name = None
+            if function.startswith(f"x{SEPARATOR}"):
+                _, class_name, function = function.split(SEPARATOR)
+            else:
+                function = function.removeprefix("x_")
+            mutants.append(Mutant(f"{module}.{mangled}", module, class_name, function, source))
+    return mutants
+
+
+def live_function(mutant: Mutant) -> types.FunctionType:
+    """The function object the package runs for ``mutant``'s function."""
+    module = importlib.import_module(mutant.module)
+    owner: Any = module if mutant.class_name is None else getattr(module, mutant.class_name)
+    found = vars(owner)[mutant.function]
+    found = getattr(found, "__func__", found)  # staticmethod, classmethod
+    if not isinstance(found, types.FunctionType):
+        raise TypeError(f"{mutant.key} is not a plain function: {found!r}")
+    return found
+
+
+def mutant_function(mutant: Mutant, live: types.FunctionType) -> types.FunctionType:
+    """The mutant compiled as the live function is: same file, class, globals and names."""
+    mangled = mutant.name.rpartition(".")[2]
+    source = mutant.source
+    if mutant.class_name is not None:
+        source = f"class {mutant.class_name}:\n" + textwrap.indent(source, "    ")
+    code = compile(
+        source,
+        live.__code__.co_filename,
+        "exec",
+        flags=__future__.annotations.compiler_flag,
+        dont_inherit=True,
+    )
+    namespace: dict[str, Any] = {}
+    exec(code, dict(live.__globals__), namespace)
+    owner = namespace if mutant.class_name is None else vars(namespace[mutant.class_name])
+    made = owner[mangled]
+    made = getattr(made, "__func__", made)
+    if not isinstance(made, types.FunctionType):
+        raise TypeError(f"{mutant.name} compiled to {made!r}")
+    return made
+
+
+def swap_in(mutant: Mutant) -> None:
+    """Put ``mutant``'s code, defaults and names into the live function."""
+    live = live_function(mutant)
+    made = mutant_function(mutant, live)
+    live.__code__ = made.__code__.replace(
+        co_name=live.__code__.co_name,
+        co_qualname=live.__code__.co_qualname,
+        co_firstlineno=live.__code__.co_firstlineno,
+    )
+    live.__defaults__ = made.__defaults__
+    live.__kwdefaults__ = made.__kwdefaults__
+
+
+# ------------------------------------------------------------------------------ calls
+
+
+def collect(out: Path, workers: int, pytest_args: list[str]) -> None:
+    """Run the suite once under ``calls.py`` and write which tests call each function."""
+    with tempfile.TemporaryDirectory() as directory:
+        env = os.environ | {
+            "SWAP_CALLS_DIR": directory,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+        }
+        spread = ["-n", str(workers)] if workers > 1 else []
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "calls",
+                "-p",
+                "no:cacheprovider",
+                *spread,
+                *pytest_args,
+            ],
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
+        calls: dict[str, set[str]] = defaultdict(set)
+        cpu: dict[str, float] = {}
+        failed: list[str] = []
+        for part in Path(directory).glob("*.json"):
+            data = json.loads(part.read_text(encoding="utf-8"))
+            for key, tests in data["calls"].items():
+                calls[key].update(tests)
+            cpu.update(data["cpu"])
+            failed += data["failed"]
+    out.write_text(
+        json.dumps({"calls": {k: sorted(v) for k, v in calls.items()}, "cpu": cpu}),
+        encoding="utf-8",
+    )
+    print(f"{len(cpu)} tests, {len(calls)} functions called, {sum(cpu.values()):.0f} s of CPU")
+    if failed:
+        # Under the profile function, or in this copy: left out of every mutant's tests.
+        print(f"{len(set(failed))} tests failed on the unmutated code, left out:")
+        for test in sorted(set(failed)):
+            print(f"  {test}")
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"the collecting run of pytest failed ({done.returncode})")
+
+
+# ------------------------------------------------------------------------------- run
+
+
+def _child(mutant: Mutant, tests: list[str], pytest_args: list[str], limit: int) -> int:
+    """In the forked child: swap the mutant in, run its tests, return pytest's exit code."""
+    os.environ["MUTANT_UNDER_TEST"] = mutant.name
+    soft = limit + int(time.process_time())
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+    try:
+        swap_in(mutant)
+    except Exception as error:
+        print(f"cannot swap in {mutant.name}: {error!r}", file=sys.__stderr__)
+        return 35
+    null = open(os.devnull, "w")  # noqa: SIM115 - the child exits right after
+    sys.stdout = sys.stderr = null
+    # The options, not the paths of the whole run: the child runs its own tests.
+    options = [arg for arg in pytest_args if not (ROOT / arg.partition("::")[0]).exists()]
+    return int(
+        pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "selection", *options, *tests])
+    )
+
+
+def status_of(exit_code: int) -> str:
+    """A mutant's status from its child's exit code (a signal: the CPU limit or a crash)."""
+    if exit_code < 0:
+        return "timeout" if -exit_code in (24, 9) else "segfault"
+    return STATUS.get(exit_code, "killed" if exit_code in (2, 3) else f"suspicious ({exit_code})")
+
+
+def run(
+    calls_file: Path, only: str | None, children: int, pytest_args: list[str], out: Path | None
+) -> dict[str, str]:
+    """Run every mutant against the tests that call its function; each mutant's status."""
+    sys.path.insert(0, str(ROOT))
+    data = json.loads(calls_file.read_text(encoding="utf-8"))
+    calls: dict[str, list[str]] = data["calls"]
+    cpu: dict[str, float] = data["cpu"]
+    os.environ["MUTATION_CALLS"] = str(calls_file.resolve())  # selection.py's test times
+    mutants = generate(only)
+    # Import the package, pytest's plugins and every test module once, here: each child
+    # inherits them and pays for its own tests only.
+    for mutant in {m.module for m in mutants}:
+        importlib.import_module(mutant)
+    pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "selection", *pytest_args])
+
+    def cost(mutant: Mutant) -> float:
+        return sum(cpu.get(test, 0.0) for test in calls.get(mutant.key, ()))
+
+    mutants.sort(key=cost)
+    found: dict[str, str] = {}
+    running: dict[int, Mutant] = {}
+    start = time.monotonic()
+
+    def reap() -> None:
+        pid, status = os.wait()
+        mutant = running.pop(pid)
+        found[mutant.name] = status_of(os.waitstatus_to_exitcode(status))
+        done = len(found)
+        if done % 100 == 0 or done == len(mutants):
+            if out is not None:  # so far, for a run stopped part-way
+                out.write_text(json.dumps(found, indent=0, sort_keys=True), encoding="utf-8")
+            counts = Counter(found.values())
+            print(
+                f"{done}/{len(mutants)} in {time.monotonic() - start:.0f} s: {dict(counts)}",
+                flush=True,
+            )
+
+    for mutant in mutants:
+        tests = calls.get(mutant.key, [])
+        if not tests:
+            found[mutant.name] = "no tests"
+            continue
+        while len(running) >= children:
+            reap()
+        limit = int(30 + 10 * cost(mutant))
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                code = _child(mutant, tests, pytest_args, limit)
+            finally:
+                os._exit(code)
+        running[pid] = mutant
+    while running:
+        reap()
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``collect`` the call map, or ``run`` the mutants against it and print each module's score."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    collecting = sub.add_parser("collect")
+    collecting.add_argument("--out", type=Path, required=True)
+    collecting.add_argument("-n", type=int, default=os.cpu_count() or 1)
+    running = sub.add_parser("run")
+    running.add_argument("--calls", type=Path, required=True)
+    running.add_argument("--only")
+    running.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    running.add_argument("--out", type=Path)
+    args, pytest_args = parser.parse_known_args(argv)
+    os.chdir(ROOT)  # mutmut reads its settings (setup.cfg) from the working directory
+    pytest_args = [arg for arg in pytest_args if arg != "--"] or ["-m", "not bug_matrix", "tests"]
+    if args.command == "collect":
+        collect(args.out, args.n, pytest_args)
+        return 0
+    sys.path.insert(0, str(HERE))
+    found = run(args.calls, args.only, args.max_children, pytest_args, args.out)
+    return 0 if whole_package_run.judge(found, 98.0) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The trampoline-free mutation runner (mutation/swap.py): a mutant swapped into the live function.
+
+Each test swaps a hand-written mutant into a function of the package in a fresh process
+(the swap is for good in the process that makes it) and checks what the runner relies on:
+every reference to the function runs the mutant, its frames look like the original's, a
+method keeps its class cell, and ``calls.py`` keys functions as ``swap.py`` names them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_child(body: str) -> str:
+    """Run ``body`` in a fresh interpreter with the checkout and mutation/ importable."""
+    preamble = f"import sys\nsys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'mutation')!r}]\n"
+    done = subprocess.run(
+        [sys.executable, "-c", preamble + textwrap.dedent(body)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_swapped_function_runs_the_mutant_through_every_reference() -> None:
+    """A module function's mutant is what a name imported before the swap calls."""
+    out = run_child(
+        """
+        from verified_queue._switch import read_check_level as imported_before
+        from swap import Mutant, swap_in
+        source = (
+            "def x_read_check_level__mutmut_99(environ=None):\\n"
+            "    return 'mutant'\\n"
+        )
+        swap_in(Mutant("verified_queue._switch.x_read_check_level__mutmut_99",
+                       "verified_queue._switch", None, "read_check_level", source))
+        print(imported_before({}), imported_before.__code__.co_name)
+        """
+    )
+    assert out.split() == ["mutant", "read_check_level"]
+
+
+def test_a_swapped_method_keeps_its_class_cell_and_adds_no_frame() -> None:
+    """A method's mutant that calls ``super()`` works, and its frame is the method's own."""
+    out = run_child(
+        """
+        import sys
+        from verified_queue import Block, FreeBlockQueue
+        from swap import Mutant, swap_in
+
+        class Probe(FreeBlockQueue):
+            def __len__(self):
+                return super().__len__()
+
+        source = (
+            "def xǁProbeǁ__len____mutmut_1(self):\\n"
+            "    depth = sys._getframe(1).f_code.co_name\\n"
+            "    print(depth, sys._getframe(0).f_code.co_name)\\n"
+            "    return super().__len__() + 100\\n"
+        )
+        sys.modules["__main__"].Probe = Probe
+        Probe.__module__ = "__main__"
+        name = "__main__.xǁProbeǁ__len____mutmut_1"
+        swap_in(Mutant(name, "__main__", "Probe", "__len__", source))
+        def caller():
+            return len(Probe([Block(), Block()]))
+        print(caller())
+        """
+    )
+    assert out.split() == ["caller", "__len__", "102"]
+
+
+def test_the_call_map_keys_are_the_runners_keys() -> None:
+    """``calls.key_of`` names a method and a function as ``Mutant.key`` does."""
+    out = run_child(
+        """
+        from calls import key_of
+        from swap import Mutant
+        from verified_queue.queue import FreeBlockQueue
+        from verified_queue._switch import read_check_level
+        method = Mutant("n", "verified_queue.queue", "FreeBlockQueue", "popleft", "")
+        function = Mutant("n", "verified_queue._switch", None, "read_check_level", "")
+        print(key_of("verified_queue.queue", FreeBlockQueue.popleft.__code__) == method.key)
+        print(key_of("verified_queue._switch", read_check_level.__code__) == function.key)
+        """
+    )
+    assert out.split() == ["True", "True"]
