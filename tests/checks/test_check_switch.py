@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from verified_queue import _switch
 from verified_queue._switch import ENVIRONMENT_VARIABLE, read_check_level
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,3 +238,49 @@ def test_the_checked_class_is_check_mode_at_every_level(
 ) -> None:
     """CheckedFreeBlockQueue builds itself whatever the switch says; only trace loads the trace."""
     assert run_fresh(USED_CHECKED, value) == ["CheckedFreeBlockQueue", traced_loaded]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["python", "-m", "verified_queue", "demo"], True),
+        (["python", "-X", "dev", "-m", "verified_queue"], True),
+        (["python", "-m", "verified_queue.cli"], False),
+        (["python", "-m", "pytest", "verified_queue"], False),
+        (["python", "-m"], False),
+        (["python", "-c", "import verified_queue"], False),
+        ([], False),
+    ],
+)
+def test_the_command_is_told_from_its_own_argv(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], expected: bool
+) -> None:
+    """``python -m verified_queue``, options before ``-m`` or not; no other command is it."""
+    monkeypatch.setattr(sys, "orig_argv", argv)
+    assert _switch._run_as_command() is expected
+
+
+def test_without_orig_argv_the_process_is_not_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter without ``sys.orig_argv`` is taken for a program, never the command."""
+    monkeypatch.delattr(sys, "orig_argv", raising=False)
+    assert _switch._run_as_command() is False
+
+
+def test_a_bad_switch_is_a_value_error_in_a_program_and_exit_2_in_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Read at import: a program gets the ValueError, the command one line and status 2."""
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "bogus")
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-c", "import verified_queue"])
+    with pytest.raises(ValueError, match="VERIFIED_QUEUE_CHECKS='bogus': expected one of"):
+        _switch._level_or_exit()
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "verified_queue", "demo"])
+    with pytest.raises(SystemExit) as stopped:
+        _switch._level_or_exit()
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        "python -m verified_queue: error: VERIFIED_QUEUE_CHECKS='bogus': expected one of "
+        "'', '0', 'off', '1', 'on', 'full', 'trace'\n"
+    )
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, " Full ")
+    assert _switch._level_or_exit() == "full"

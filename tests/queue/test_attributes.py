@@ -135,3 +135,91 @@ def test_set_declared_attribute_remembers_only_names_it_allowed() -> None:
     value.own = 3
     assert (SlottedStandIn, "own") in _slotted._SETTABLE
     assert (SlottedStandIn, "typo") not in _slotted._SETTABLE
+
+
+def _twins(mixin: bool) -> tuple[type[Any], type[Any]]:
+    """A guarded stand-in (a dict, ``set_declared_attribute``) and its truly slotted twin.
+
+    With ``mixin``, both also derive from a class without ``__slots__`` listed after the
+    stand-in, which gives the twin's instances a dict. Defined afresh at each call, so that
+    the guard's per-class memory starts empty and every decision is worked out in the test.
+    """
+
+    class Mixin:
+        pass
+
+    mixins = (Mixin,) if mixin else ()
+
+    class SetOnly:  # a data descriptor by its __set__ alone
+        def __get__(self, instance: object, owner: type) -> int:
+            return 0
+
+        def __set__(self, instance: object, value: object) -> None:
+            """Keep nothing."""
+
+    class DeleteOnly:  # a data descriptor by its __delete__ alone: assignment is refused
+        def __get__(self, instance: object, owner: type) -> int:
+            return 0
+
+        def __delete__(self, instance: object) -> None:
+            """Keep nothing."""
+
+    class Declarations:
+        __slots__ = ()
+        constant = 1
+        set_only = SetOnly()
+        delete_only = DeleteOnly()
+
+        @property
+        def field(self) -> int:
+            return 0
+
+        @field.setter
+        def field(self, value: int) -> None:
+            """Take any value and keep none."""
+
+        @property
+        def read_only(self) -> int:
+            return 0
+
+        def method(self) -> None:
+            """A name that is not a field."""
+
+    class Guarded(Declarations):  # has a dict, as the compiled queue does
+        __setattr__ = _slotted.set_declared_attribute
+
+    # Built by type(): a class statement's bases must be fixed for the type checker.
+    # One name for both, so that an error Python words names the same class.
+    guarded = type("Twin", (Guarded, *mixins), {"__slots__": ("own",)})
+    slotted = type("Twin", (Declarations, *mixins), {"__slots__": ("own",)})
+    return guarded, slotted
+
+
+NAMES = ["own", "field", "read_only", "set_only", "delete_only", "method", "constant", "typo"]
+NAMES += ["__dict__", "__class__"]
+
+
+@pytest.mark.parametrize("mixin", [False, True], ids=["slotted", "dict from a mixin"])
+@pytest.mark.parametrize("name", NAMES)
+def test_the_guard_takes_and_refuses_each_name_as_a_slotted_class_does(
+    name: str, mixin: bool
+) -> None:
+    """For a name of each kind, the guarded class and its slotted twin agree: set, or refused.
+
+    A descriptor's refusal is Python's own in both, word for word: the guard must pass such a
+    name to the descriptor, not refuse it in its own words.
+    """
+
+    def outcome(cls: type[Any]) -> str:
+        instance = cls()
+        try:
+            setattr(instance, name, {} if name == "__dict__" else cls if name == "__class__" else 5)
+        except (AttributeError, TypeError) as error:
+            worded = name in {"read_only", "delete_only"}
+            return f"{type(error).__name__}: {error}" if worded else type(error).__name__
+        return "set"
+
+    guarded, slotted = _twins(mixin)
+    assert outcome(guarded) == outcome(slotted)
+    # The second assignment of a name the guard allowed is served from its memory.
+    assert outcome(guarded) == outcome(slotted)

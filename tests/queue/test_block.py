@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -156,6 +158,54 @@ def test_subclass_redeclaring_a_link_is_refused_at_class_creation(
     """A Block subclass that re-declares a link or is frozen is a TypeError when defined."""
     with pytest.raises(TypeError, match="drop those declarations"):
         define()
+
+
+def test_the_refusal_names_every_redeclared_link_and_says_what_to_do() -> None:
+    """The whole message of a refused subclass: its name, the links it re-declares, the fix."""
+
+    with pytest.raises(TypeError) as caught:
+
+        class BothLinks(Block):
+            __slots__ = ("prev_free_block", "next_free_block")
+
+    assert str(caught.value).rpartition(".<locals>.")[2] == (
+        "BothLinks re-declares prev_free_block, next_free_block of verified_queue.Block "
+        "(itself or through a base class): the queue links blocks through Block's own "
+        "prev_free_block and next_free_block slots, which compiled code reaches directly; "
+        "drop those declarations from the subclass and its mixins (Block already has the "
+        "links), and do not freeze it"
+    )
+
+
+def test_a_class_first_copied_in_the_test_saves_every_slot_and_its_dict() -> None:
+    """A Block class defined here, so copied for the first time here, keeps what it declares.
+
+    Its slots (a string ``__slots__`` and a tuple, over two levels) and its ``__dict__``, less
+    the links and ``__weakref__``; an unset slot stays unset. Defined in the test, not at
+    import, so that what the class saves is worked out by this test and not by an earlier one.
+    """
+
+    class Named(Block):
+        # A string, as Python allows: the one slot it names, not its letters.
+        __slots__ = "name"  # noqa: PLC0205
+        name: str
+
+    class Pair(Named):
+        __slots__ = ("left", "right", "__dict__", "__weakref__")
+        left: int
+        right: int
+        extra: list[int]
+
+    block = Pair()
+    block.name, block.left, block.extra = "n", 1, [2]
+    block.prev_free_block = Block()
+    twin = copy.deepcopy(block)
+    assert (twin.name, twin.left, twin.extra) == ("n", 1, [2])
+    assert twin.extra is not block.extra
+    assert not hasattr(twin, "right")
+    assert twin.prev_free_block is None
+    assert twin.next_free_block is None
+    assert weakref.ref(twin)() is twin
 
 
 def test_sentinels_carry_block_id_minus_one() -> None:
