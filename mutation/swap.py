@@ -33,6 +33,7 @@ import importlib
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -212,6 +213,7 @@ def _child(mutant: Mutant, tests: list[str], pytest_args: list[str], limit: int)
     os.environ["MUTANT_UNDER_TEST"] = mutant.name
     soft = limit + int(time.process_time())
     resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+    signal.alarm(3 * limit)  # and in wall time, for a mutant that waits rather than spins
     try:
         swap_in(mutant)
     except Exception as error:
@@ -229,7 +231,8 @@ def _child(mutant: Mutant, tests: list[str], pytest_args: list[str], limit: int)
 def status_of(exit_code: int) -> str:
     """A mutant's status from its child's exit code (a signal: the CPU limit or a crash)."""
     if exit_code < 0:
-        return "timeout" if -exit_code in (24, 9) else "segfault"
+        stopped = (signal.SIGXCPU, signal.SIGKILL, signal.SIGALRM)
+        return "timeout" if -exit_code in stopped else "segfault"
     return STATUS.get(exit_code, "killed" if exit_code in (2, 3) else f"suspicious ({exit_code})")
 
 

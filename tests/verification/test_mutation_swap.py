@@ -93,3 +93,26 @@ def test_the_call_map_keys_are_the_runners_keys() -> None:
         """
     )
     assert out.split() == ["True", "True"]
+
+
+def test_a_childs_end_is_read_as_mutmut_reads_it() -> None:
+    """Exit codes and signals: pytest's verdicts, limits as timeouts, a crash, a refused swap."""
+    out = run_child(
+        """
+        from swap import status_of
+        for code in (0, 1, 3, 36, 5, 35, -24, -9, -14, -11):
+            print(status_of(code).replace(" ", "_"))
+        """
+    )
+    assert out.split() == [
+        "survived",
+        "killed",
+        "killed",
+        "timeout",
+        "no_tests",
+        "suspicious_(35)",
+        "timeout",
+        "timeout",
+        "timeout",
+        "segfault",
+    ]
