@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import verified_queue
 from verified_queue import _switch
 from verified_queue._switch import ENVIRONMENT_VARIABLE, read_check_level
 
@@ -284,3 +285,11 @@ def test_a_bad_switch_is_a_value_error_in_a_program_and_exit_2_in_the_command(
     )
     monkeypatch.setenv(ENVIRONMENT_VARIABLE, " Full ")
     assert _switch._level_or_exit() == "full"
+
+
+def test_a_missing_name_of_the_package_is_the_attribute_error_python_words() -> None:
+    """The lazy loader answers only for its two classes; any other name is Python's own error."""
+    with pytest.raises(AttributeError) as missing:
+        _ = verified_queue.CheckedFreeBlockQueu
+    assert str(missing.value) == "module 'verified_queue' has no attribute 'CheckedFreeBlockQueu'"
+    assert "TracedFreeBlockQueue" in dir(verified_queue)

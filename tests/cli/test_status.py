@@ -5,6 +5,8 @@ The plugin's rebindings on a stand-in vLLM are in ``tests/vllm/test_plugin.py``.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ import pytest
 import verified_queue
 from verified_queue import _status
 from verified_queue.__main__ import main
+from verified_queue.cli import status as status_command
 
 
 def _run(code: str, **environment: str) -> str:
@@ -129,3 +132,86 @@ def test_the_status_command_names_a_refused_plugin_value(
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert "a vLLM process started from here stops: VERIFIED_QUEUE_VLLM='yes': expected" in out
+
+
+class _Entry:
+    """An entry point as ``importlib.metadata.entry_points`` lists it: only its value is read."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+
+@pytest.mark.parametrize(
+    ("version", "spec", "expected"),
+    [("0.34.0", None, "0.34.0"), (None, "a spec", "unknown"), (None, None, None)],
+    ids=["with metadata", "importable, no metadata", "absent"],
+)
+def test_vllms_version_is_read_from_its_metadata_or_said_unknown(
+    monkeypatch: pytest.MonkeyPatch, version: str | None, spec: object, expected: str | None
+) -> None:
+    """The version from vLLM's metadata; ``unknown`` if only the module is there; else None."""
+
+    def metadata_version(name: str) -> str:
+        if name != "vllm" or version is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return version
+
+    monkeypatch.setattr(importlib.metadata, "version", metadata_version)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name == "vllm" else None)
+    assert status_command._vllm_version() == expected
+
+
+@pytest.mark.parametrize(
+    ("version", "entries", "mode", "expected"),
+    [
+        (
+            "0.34.0",
+            ["verified_queue.vllm.plugin:register"],
+            "checked",
+            [
+                "vLLM: 0.34.0 installed; the plugin is registered "
+                "(verified_queue.vllm.plugin:register)",
+                "vLLM: a vLLM process started from here rebinds its FreeKVCacheBlockQueue "
+                "(VERIFIED_QUEUE_VLLM=checked)",
+            ],
+        ),
+        (
+            None,
+            ["someone.else:register"],
+            "off",
+            [
+                "vLLM: not installed; the plugin is not registered "
+                "(verified_queue is not installed as a distribution)",
+                "vLLM: a vLLM process started from here rebinds nothing "
+                "(VERIFIED_QUEUE_VLLM unset or off)",
+            ],
+        ),
+    ],
+    ids=["installed, registered, checked", "absent, unregistered, off"],
+)
+def test_the_vllm_lines_say_what_a_vllm_process_would_get(
+    monkeypatch: pytest.MonkeyPatch,
+    version: str | None,
+    entries: list[str],
+    mode: str,
+    expected: list[str],
+) -> None:
+    """Installed or not, registered or not, and what the mode in force makes a vLLM process do."""
+    monkeypatch.setattr(status_command, "_vllm_version", lambda: version)
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda group: (
+            [_Entry(value) for value in entries] if group == "vllm.general_plugins" else []
+        ),
+    )
+    monkeypatch.setenv("VERIFIED_QUEUE_VLLM", mode)
+    assert status_command.describe_vllm() == expected
+
+
+def test_a_bad_vllm_mode_is_said_to_stop_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value the plugin refuses is reported as what it does: the vLLM process stops."""
+    monkeypatch.setenv("VERIFIED_QUEUE_VLLM", "bogus")
+    line = status_command.describe_vllm()[1]
+    assert line.startswith("vLLM: a vLLM process started from here stops: ")
+    assert "bogus" in line

@@ -26,6 +26,22 @@ def test_extensions_in_a_checkout_are_named(tmp_path: Path) -> None:
     assert "HATCH_BUILD_CLEAN_HOOKS_AFTER=1" in warning
 
 
+def test_the_warning_lists_every_leftover_and_says_what_to_do(tmp_path: Path) -> None:
+    """The whole warning: the checkout, each extension (.so then .pyd, each sorted), the fix."""
+    package = tmp_path / "verified_queue"
+    package.mkdir()
+    (tmp_path / "pyproject.toml").touch()
+    for name in ("queue.so", "block.so", "queue.pyd", "block.pyd", "queue.py"):
+        (package / name).touch()
+    assert verified_queue._left_in_a_checkout(str(package / "queue.so")) == (
+        f"verified_queue is running compiled extension modules left in the checkout "
+        f"{tmp_path} by a compiled build (block.so, queue.so, block.pyd, queue.pyd): they "
+        "shadow queue.py and block.py, so edits to those do nothing; delete them (git clean "
+        "-fX verified_queue), and build with HATCH_BUILD_CLEAN_HOOKS_AFTER=1 as well as "
+        "HATCH_BUILD_HOOK_ENABLE_MYPYC=1"
+    )
+
+
 @pytest.mark.skipif(not verified_queue.COMPILED, reason="needs the compiled extension modules")
 def test_a_compiled_package_copied_into_a_checkout_warns_at_import(tmp_path: Path) -> None:
     """The compiled package run from a checkout warns that its extensions shadow the sources."""
