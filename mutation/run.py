@@ -160,9 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     if any(work.iterdir()):
         raise SystemExit(f"run this from an empty directory, not {work}")
     start = time.monotonic()
+    pattern = args.only
+    # tox hands on a posarg naming an existing file relative to its change_dir: make it the
+    # checkout-relative path setup.cfg's patterns are.
+    if pattern and Path(pattern).resolve().is_relative_to(ROOT) and Path(pattern).exists():
+        pattern = Path(pattern).resolve().relative_to(ROOT).as_posix()
     copy_checkout(work)
-    if args.only:
-        only(work, args.only)
+    if pattern:
+        only(work, pattern)
     # The plugin that orders and limits each mutant's tests, loaded by setup.cfg's `-p selection`.
     env = os.environ | {"PYTHONPATH": str(work / "mutation")}
     children = [] if args.max_children is None else ["--max-children", str(args.max_children)]
