@@ -18,9 +18,15 @@ import mutmut.__main__ as mutmut_main
 _make_runner = mutmut_main.get_mutant_runner
 
 
+def _passed(tests: Any) -> int:
+    """The clean run's answer: the stats run passed already (mutmut calls it by keyword)."""
+    del tests
+    return 0
+
+
 def _runner_without_clean_run(max_workers: int = 1) -> Any:
     runner = _make_runner(max_workers)
-    runner.run_clean_tests = lambda _tests: 0
+    runner.run_clean_tests = _passed
     return runner
 
 
