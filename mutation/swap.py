@@ -309,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     running.add_argument("--out", type=Path)
     args, pytest_args = parser.parse_known_args(argv)
+    if sys.version_info < (3, 11):
+        raise SystemExit("mutation/swap.py needs Python 3.11 or later (code objects' co_qualname)")
     os.chdir(ROOT)  # mutmut reads its settings (setup.cfg) from the working directory
     pytest_args = [arg for arg in pytest_args if arg != "--"] or ["-m", "not bug_matrix", "tests"]
     if args.command == "collect":
