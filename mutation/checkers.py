@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,36 +201,9 @@ def run_module(work: Path, module: str, threshold: float, max_children: int | No
     configure(work, module)
     children = [] if max_children is None else ["--max-children", str(max_children)]
     subprocess.run([sys.executable, "-m", "mutmut", "run", *children], check=True, cwd=work)
-    subprocess.run([sys.executable, "-m", "mutmut", "export-cicd-stats"], check=True, cwd=work)
-    stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
-    killed = sum(stats[status] for status in queue_run.DETECTED)
-    total = stats["total"]
-    score = 100.0 * killed / total if total else 0.0
-    results = subprocess.run(
-        [sys.executable, "-m", "mutmut", "results", "--all", "true"],
-        check=True,
-        cwd=work,
-        capture_output=True,
-        text=True,
-    ).stdout
-    survivors = queue_run.undetected(results)
-    print(
-        f"{MODULES[module][0]}: {killed} of {total} mutants killed ({score:.1f}%): "
-        f"{stats['killed']} by a failing test, {stats['timeout']} by a timeout, "
-        f"{stats['segfault']} by a crash; {len(survivors)} not killed"
+    return queue_run.judge(
+        queue_run.statuses(queue_run.mutmut(work, "results", "--all", "true")), threshold
     )
-    explained = queue_run.SURVIVORS_FILE.read_text(encoding="utf-8")
-    unexplained = [name for name in survivors if not re.search(re.escape(name) + r"\b", explained)]
-    for name, status in survivors.items():
-        print(f"  {status}: {name}{'  (NOT EXPLAINED)' if name in unexplained else ''}")
-    passed = True
-    if score < threshold:
-        print(f"FAILED: the score of {module} is under {threshold}%")
-        passed = False
-    if unexplained:
-        print(f"FAILED: explain every survivor of {module} in docs/mutation-survivors.md")
-        passed = False
-    return passed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,11 +99,6 @@ def statuses(results: str) -> dict[str, str]:
     return found
 
 
-def undetected(results: str) -> dict[str, str]:
-    """The mutants ``mutmut results`` lists whose tests did not fail, by name."""
-    return {name: s for name, s in statuses(results).items() if s not in DETECTED}
-
-
 def module_of(mutant: str) -> str:
     """The dotted module a mutant's name starts with."""
     match = MODULE_OF_MUTANT.match(mutant)

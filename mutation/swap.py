@@ -16,7 +16,7 @@ every frame sees the mutant with nothing added, then runs the tests that called 
 function, fastest first, each under a CPU limit (``mutation/selection.py``), stopping at the
 first failure. The source files on disk stay as they are, so the tests that plant bugs by
 editing a module's source run too. Which tests call which function comes from one run of the
-suite under ``sys.setprofile`` (``--collect``), spread over the cores.
+suite under ``sys.setprofile`` (``collect``, ``mutation/calls.py``), spread over the cores.
 
 Usage (from the checkout, with the mutation group installed)::
 
@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "verified_queue"
 HERE = Path(__file__).resolve().parent
 SEPARATOR = "ǁ"
-#: mutmut's exit code for a mutant stopped by its time limit; its status names by exit code.
+#: A child's exit code read as mutmut reads it (36: the per-test CPU limit of selection.py).
 STATUS = {0: "survived", 1: "killed", 36: "timeout", 5: "no tests"}
 
 
