@@ -9,19 +9,25 @@ fail on the unmutated code, so ``mutation/run.py`` leaves them out (``setup.cfg`
 trace level's and the vLLM adapters' mutants meet few of their tests.
 
 This runner keeps mutmut's mutants (the same operators, the same names) and runs them
-another way. Every mutant is one function changed; in a process that has imported the
-package and the tests, the runner forks, and the child assigns the mutant's code object to
-the live function (``function.__code__``), so every reference to it, every subclass and
-every frame sees the mutant with nothing added, then runs the tests that called that
-function, fastest first, each under a CPU limit (``mutation/selection.py``), stopping at the
-first failure. The source files on disk stay as they are, so the tests that plant bugs by
-editing a module's source run too. Which tests call which function comes from one run of the
-suite under ``sys.setprofile`` (``collect``, ``mutation/calls.py``), spread over the cores.
+another way. Every mutant is one function changed. pytest imports the package and collects
+the suite once; then, in place of running it, the runner forks for each mutant, and the
+child assigns the mutant's code object to the live function (``function.__code__``), so
+every reference to it, every subclass and every frame sees the mutant with nothing added,
+then runs the collected tests that called that function, fastest first, each under a CPU
+limit (``mutation/selection.py``), stopping at the first failure. The source files on
+disk stay as they are, so the tests that plant bugs by editing a module's source run too.
+Which tests call which function comes from one run of the suite under ``sys.setprofile``
+(``collect``, ``mutation/calls.py``), spread over the cores.
 
-Usage (from the checkout, with the mutation group installed)::
+Usage (from the checkout, with the mutation group installed; ``tox -e mutation`` runs the
+second line)::
 
     python mutation/swap.py collect --out calls.json [-n 2]   # which tests call what
-    python mutation/swap.py run --calls calls.json [--only GLOB] [--max-children 2]
+    python mutation/swap.py run [--calls calls.json] [--only GLOB] [--max-children 2] [--out F]
+
+``run`` without ``--calls`` collects the call map first. It exits non-zero unless every
+module scores at least 98% and every mutant not detected is explained on the survivors
+page (``run.judge``).
 """
 
 from __future__ import annotations
@@ -208,24 +214,19 @@ def collect(out: Path, workers: int, pytest_args: list[str]) -> None:
 # ------------------------------------------------------------------------------- run
 
 
-def _child(mutant: Mutant, tests: list[str], pytest_args: list[str], limit: int) -> int:
-    """In the forked child: swap the mutant in, run its tests, return pytest's exit code."""
-    os.environ["MUTANT_UNDER_TEST"] = mutant.name
-    soft = limit + int(time.process_time())
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
-    signal.alarm(3 * limit)  # and in wall time, for a mutant that waits rather than spins
-    try:
-        swap_in(mutant)
-    except Exception as error:
-        print(f"cannot swap in {mutant.name}: {error!r}", file=sys.__stderr__)
-        return 35
-    null = open(os.devnull, "w")  # noqa: SIM115 - the child exits right after
-    sys.stdout = sys.stderr = null
-    # The options, not the paths of the whole run: the child runs its own tests.
-    options = [arg for arg in pytest_args if not (ROOT / arg.partition("::")[0]).exists()]
-    return int(
-        pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "selection", *options, *tests])
-    )
+def _quiet_child(config: pytest.Config) -> None:
+    """In a forked child: its output to /dev/null, with capture files of its own."""
+    # The parent's capture files are shared with every child through fork (one file offset
+    # for all): the child stops them, points its stdout and stderr at /dev/null, and starts
+    # its own, so no two children write into, or truncate, one file.
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.stop_global_capturing()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    if capture is not None:
+        capture.start_global_capturing()
 
 
 def status_of(exit_code: int) -> str:
@@ -236,64 +237,129 @@ def status_of(exit_code: int) -> str:
     return STATUS.get(exit_code, "killed" if exit_code in (2, 3) else f"suspicious ({exit_code})")
 
 
+class MutantLoop:
+    """A pytest plugin that runs each mutant, in a forked child, in place of the session's tests.
+
+    pytest collects the suite once, in the parent; for each mutant the parent forks, and the
+    child swaps the mutant in and runs the collected items that called its function, fastest
+    first, through pytest's own run protocol, stopping at the first failure. No child starts
+    pytest again: collecting the tests of a much-called function took longer than most
+    mutants' tests do.
+    """
+
+    def __init__(
+        self,
+        mutants: list[Mutant],
+        calls: dict[str, list[str]],
+        cpu: dict[str, float],
+        children: int,
+        out: Path | None,
+    ) -> None:
+        self.mutants = mutants
+        self.calls = calls
+        self.cpu = cpu
+        self.children = children
+        self.out = out
+        self.found: dict[str, str] = {}
+        self.seconds: dict[str, float] = {}
+        self.failed = False
+
+    def cost(self, mutant: Mutant) -> float:
+        """The CPU seconds of every test that called the mutant's function, in the call map."""
+        return sum(self.cpu.get(test, 0.0) for test in self.calls.get(mutant.key, ()))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.failed = True
+
+    def _child(self, mutant: Mutant, items: list[pytest.Item], limit: int) -> int:
+        """In the forked child: swap the mutant in, run its tests; pytest's exit code."""
+        _quiet_child(items[0].config)
+        os.environ["MUTANT_UNDER_TEST"] = mutant.name  # selection.py: each test's CPU limit
+        soft = limit + int(time.process_time())
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+        signal.alarm(3 * limit)  # and in wall time, for a mutant that waits rather than spins
+        try:
+            swap_in(mutant)
+        except Exception as error:
+            print(f"cannot swap in {mutant.name}: {error!r}", file=sys.__stderr__)
+            return 35
+        for index, item in enumerate(items):
+            following = items[index + 1] if index + 1 < len(items) else None
+            item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
+            if self.failed:
+                return int(pytest.ExitCode.TESTS_FAILED)
+        return int(pytest.ExitCode.OK)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        by_id = {item.nodeid: item for item in session.items}
+        order = {item.nodeid: place for place, item in enumerate(session.items)}
+        self.mutants.sort(key=self.cost)
+        running: dict[int, tuple[Mutant, float]] = {}
+        start = time.monotonic()
+
+        def reap() -> None:
+            pid, status = os.wait()
+            mutant, began = running.pop(pid)
+            self.found[mutant.name] = status_of(os.waitstatus_to_exitcode(status))
+            self.seconds[mutant.name] = round(time.monotonic() - began, 3)
+            done = len(self.found)
+            if done % 100 == 0 or done == len(self.mutants):
+                self.write()
+                counts = Counter(self.found.values())
+                print(
+                    f"{done}/{len(self.mutants)} in {time.monotonic() - start:.0f} s: "
+                    f"{dict(counts)}",
+                    file=sys.__stdout__,
+                    flush=True,
+                )
+
+        for mutant in self.mutants:
+            items = [by_id[test] for test in self.calls.get(mutant.key, ()) if test in by_id]
+            if not items:
+                self.found[mutant.name] = "no tests"
+                continue
+            # Fastest first; pytest's order among equals (which keeps fixtures grouped).
+            items.sort(key=lambda item: (self.cpu.get(item.nodeid, 0.0), order[item.nodeid]))
+            while len(running) >= self.children:
+                reap()
+            limit = int(30 + 10 * self.cost(mutant))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                code = 3
+                try:
+                    code = self._child(mutant, items, limit)
+                finally:
+                    os._exit(code)
+            running[pid] = (mutant, time.monotonic())
+        while running:
+            reap()
+        self.write()
+        return True  # the session's own loop does not run
+
+    def write(self) -> None:
+        """Each mutant's status and wall seconds so far, for a run stopped part-way."""
+        if self.out is not None:
+            data = {"found": self.found, "seconds": self.seconds}
+            self.out.write_text(json.dumps(data, indent=0, sort_keys=True), encoding="utf-8")
+
+
 def run(
     calls_file: Path, only: str | None, children: int, pytest_args: list[str], out: Path | None
 ) -> dict[str, str]:
     """Run every mutant against the tests that call its function; each mutant's status."""
     sys.path.insert(0, str(ROOT))
     data = json.loads(calls_file.read_text(encoding="utf-8"))
-    calls: dict[str, list[str]] = data["calls"]
-    cpu: dict[str, float] = data["cpu"]
     os.environ["MUTATION_CALLS"] = str(calls_file.resolve())  # selection.py's test times
-    mutants = generate(only)
-    # Import the package, pytest's plugins and every test module once, here: each child
-    # inherits them and pays for its own tests only.
-    for mutant in {m.module for m in mutants}:
-        importlib.import_module(mutant)
-    pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "selection", *pytest_args])
-
-    def cost(mutant: Mutant) -> float:
-        return sum(cpu.get(test, 0.0) for test in calls.get(mutant.key, ()))
-
-    mutants.sort(key=cost)
-    found: dict[str, str] = {}
-    running: dict[int, Mutant] = {}
-    start = time.monotonic()
-
-    def reap() -> None:
-        pid, status = os.wait()
-        mutant = running.pop(pid)
-        found[mutant.name] = status_of(os.waitstatus_to_exitcode(status))
-        done = len(found)
-        if done % 100 == 0 or done == len(mutants):
-            if out is not None:  # so far, for a run stopped part-way
-                out.write_text(json.dumps(found, indent=0, sort_keys=True), encoding="utf-8")
-            counts = Counter(found.values())
-            print(
-                f"{done}/{len(mutants)} in {time.monotonic() - start:.0f} s: {dict(counts)}",
-                flush=True,
-            )
-
-    for mutant in mutants:
-        tests = calls.get(mutant.key, [])
-        if not tests:
-            found[mutant.name] = "no tests"
-            continue
-        while len(running) >= children:
-            reap()
-        limit = int(30 + 10 * cost(mutant))
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 3
-            try:
-                code = _child(mutant, tests, pytest_args, limit)
-            finally:
-                os._exit(code)
-        running[pid] = mutant
-    while running:
-        reap()
-    return found
+    loop = MutantLoop(generate(only), data["calls"], data["cpu"], children, out)
+    # Import the package's mutated modules before collecting: the children inherit them.
+    for module in {mutant.module for mutant in loop.mutants}:
+        importlib.import_module(module)
+    pytest.main(["-q", "-p", "no:cacheprovider", "-p", "selection", *pytest_args], plugins=[loop])
+    return loop.found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,20 +370,39 @@ def main(argv: list[str] | None = None) -> int:
     collecting.add_argument("--out", type=Path, required=True)
     collecting.add_argument("-n", type=int, default=os.cpu_count() or 1)
     running = sub.add_parser("run")
-    running.add_argument("--calls", type=Path, required=True)
-    running.add_argument("--only")
+    running.add_argument(
+        "--calls", type=Path, help="a call map from collect (default: collect one)"
+    )
+    running.add_argument("--only", help="mutate only the modules matching this glob")
     running.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
-    running.add_argument("--out", type=Path)
+    running.add_argument("--out", type=Path, help="each mutant's status and seconds, as JSON")
     args, pytest_args = parser.parse_known_args(argv)
     if sys.version_info < (3, 11):
         raise SystemExit("mutation/swap.py needs Python 3.11 or later (code objects' co_qualname)")
-    os.chdir(ROOT)  # mutmut reads its settings (setup.cfg) from the working directory
+    start = time.monotonic()
+    pattern = getattr(args, "only", None)
+    # tox hands on a posarg naming an existing file relative to its change_dir: make it the
+    # checkout-relative path the patterns are.
+    if pattern and Path(pattern).exists() and Path(pattern).resolve().is_relative_to(ROOT):
+        pattern = Path(pattern).resolve().relative_to(ROOT).as_posix()
+    for option in ("calls", "out"):  # given relative to where the command was run
+        if getattr(args, option, None) is not None:
+            setattr(args, option, getattr(args, option).resolve())
+    os.chdir(ROOT)
     pytest_args = [arg for arg in pytest_args if arg != "--"] or ["-m", "not bug_matrix", "tests"]
     if args.command == "collect":
-        collect(args.out, args.n, pytest_args)
+        collect(args.out.resolve(), args.n, pytest_args)
         return 0
     sys.path.insert(0, str(HERE))
-    found = run(args.calls, args.only, args.max_children, pytest_args, args.out)
+    with tempfile.TemporaryDirectory() as directory:
+        calls = args.calls
+        if calls is None:
+            calls = Path(directory) / "calls.json"
+            collect(calls, args.max_children, pytest_args)
+        found = run(calls, pattern, args.max_children, pytest_args, args.out)
+    minutes = (time.monotonic() - start) / 60
+    collected = "" if args.calls else ", the call map's run included"
+    print(f"mutation run: {minutes:.1f} min{collected}")
     return 0 if whole_package_run.judge(found, 98.0) else 1
 
 

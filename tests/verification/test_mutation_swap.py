@@ -8,6 +8,7 @@ method keeps its class cell, and ``calls.py`` keys functions as ``swap.py`` name
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -124,3 +125,62 @@ def test_a_childs_end_is_read_as_mutmut_reads_it() -> None:
         "timeout",
         "segfault",
     ]
+
+
+def test_the_loop_runs_each_mutant_against_its_own_tests_only(tmp_path: Path) -> None:
+    """One pytest session, a fork per mutant: a mutant a test catches is killed, one none
+    catches survives, one whose function no test calls has no tests, and a test outside a
+    mutant's call map never runs for it."""
+    tests = tmp_path / "test_probe.py"
+    tests.write_text(
+        textwrap.dedent(
+            """
+            from verified_queue._switch import read_check_level
+
+            def test_default_is_off():
+                assert read_check_level({}) == "off"
+
+            def test_never_listed():
+                assert False, "a test outside every call map ran"
+            """
+        ),
+        encoding="utf-8",
+    )
+    out = run_child(
+        f"""
+        import json, pytest
+        from pathlib import Path
+        from swap import Mutant, MutantLoop
+
+        def mutant(number, body):
+            name = f"x_read_check_level__mutmut_{{number}}"
+            source = f"def {{name}}(environ=None):\\n    {{body}}\\n"
+            return Mutant(f"verified_queue._switch.{{name}}", "verified_queue._switch", None,
+                          "read_check_level", source)
+
+        wrong = mutant(1, "return 'on'")
+        same = mutant(2, "return 'off'")
+        unreached = Mutant("verified_queue._switch.x__run_as_command__mutmut_1",
+                           "verified_queue._switch", None, "_run_as_command",
+                           "def x__run_as_command__mutmut_1():\\n    return True\\n")
+        test = "test_probe.py::test_default_is_off"  # node ids are relative to the rootdir
+        calls = {{wrong.key: [test], same.key: [test]}}
+        out = Path({str(tmp_path / "found.json")!r})
+        loop = MutantLoop([wrong, same, unreached], calls, {{test: 0.01}}, 2, out)
+        options = ["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}]
+        pytest.main([*options, {str(tests)!r}], plugins=[loop])
+        print(json.dumps(loop.found, sort_keys=True))
+        """
+    )
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found == {
+        "verified_queue._switch.x_read_check_level__mutmut_1": "killed",
+        "verified_queue._switch.x_read_check_level__mutmut_2": "survived",
+        "verified_queue._switch.x__run_as_command__mutmut_1": "no tests",
+    }
+    written = json.loads((tmp_path / "found.json").read_text(encoding="utf-8"))
+    assert written["found"] == found
+    # Seconds for the mutants that ran; none for the one no test reaches.
+    assert set(written["seconds"]) == set(found) - {
+        "verified_queue._switch.x__run_as_command__mutmut_1"
+    }
