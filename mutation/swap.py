@@ -24,6 +24,7 @@ second line)::
 
     python mutation/swap.py collect --out calls.json [-n 2]   # which tests call what
     python mutation/swap.py run [--calls calls.json] [--only GLOB] [--max-children 2] [--out F]
+    python mutation/swap.py show NAME...   # a mutant as a diff of its function
 
 ``run`` without ``--calls`` collects the call map first. It exits non-zero unless every
 module scores at least 98% and every mutant not detected is explained on the survivors
@@ -34,8 +35,10 @@ from __future__ import annotations
 import __future__
 
 import argparse
+import difflib
 import fnmatch
 import importlib
+import inspect
 import json
 import os
 import resource
@@ -111,6 +114,25 @@ def generate(only: str | None = None) -> list[Mutant]:
                 function = function.removeprefix("x_")
             mutants.append(Mutant(f"{module}.{mangled}", module, class_name, function, source))
     return mutants
+
+
+def show(name: str) -> str:
+    """The unified diff from the function's source to mutant ``name``'s."""
+    module = name.rpartition(".x")[0]
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found = [mutant for mutant in generate(str(path.relative_to(ROOT))) if mutant.name == name]
+    if not found:
+        raise SystemExit(f"no mutant named {name}")
+    mutant = found[0]
+    live = live_function(mutant)
+    original = textwrap.dedent(inspect.getsource(live)).splitlines(keepends=True)
+    mangled = mutant.name.rpartition(".")[2]
+    changed = mutant.source.lstrip("\n").replace(f"def {mangled}(", f"def {mutant.function}(", 1)
+    where = f"{path.relative_to(ROOT)} ({mutant.key})"
+    return "".join(
+        difflib.unified_diff(original, changed.splitlines(keepends=True), where, mutant.name)
+    )
 
 
 def live_function(mutant: Mutant) -> types.FunctionType:
@@ -376,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("--only", help="mutate only the modules matching this glob")
     running.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     running.add_argument("--out", type=Path, help="each mutant's status and seconds, as JSON")
+    showing = sub.add_parser("show", help="print one mutant as a diff of its function")
+    showing.add_argument("name", nargs="+")
     args, pytest_args = parser.parse_known_args(argv)
     if sys.version_info < (3, 11):
         raise SystemExit("mutation/swap.py needs Python 3.11 or later (code objects' co_qualname)")
@@ -389,6 +413,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, option, None) is not None:
             setattr(args, option, getattr(args, option).resolve())
     os.chdir(ROOT)
+    if args.command == "show":
+        sys.path.insert(0, str(ROOT))
+        for name in args.name:
+            print(show(name))
+        return 0
     pytest_args = [arg for arg in pytest_args if arg != "--"] or ["-m", "not bug_matrix", "tests"]
     if args.command == "collect":
         collect(args.out.resolve(), args.n, pytest_args)
