@@ -181,14 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Run the parsed command; turn how it ended into the documented exit status."""
-    out_of_memory = False
     try:
         build = "compiled (mypyc)" if verified_queue.COMPILED else "pure Python"
         print(f"verified_queue {verified_queue.__version__} ({build})", flush=True)
         status: int = args.handler(args)
         sys.stdout.flush()  # here, where a closed pipe can still be caught
     except MemoryError:
-        out_of_memory = True
+        pass  # reported below, once the handler's frames (and all they allocated) are freed
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return INTERRUPTED
@@ -202,23 +201,26 @@ def _run(args: argparse.Namespace) -> int:
         if error.errno not in _OUTPUT_ERRNOS:
             raise
         return _unwritable(error)
-    if out_of_memory:
-        # Reported here, once the handler's frames (and all they allocated) are freed.
-        command = f"{PROG} {args.command}" if args.command else PROG
-        print(
-            f"{command}: out of memory: this machine cannot hold what the arguments ask for; "
-            "try smaller sizes",
-            file=sys.stderr,
-        )
-        return OUT_OF_MEMORY
-    return status
+    else:
+        return status
+    command = f"{PROG} {args.command}" if args.command else PROG
+    print(
+        f"{command}: out of memory: this machine cannot hold what the arguments ask for; "
+        "try smaller sizes",
+        file=sys.stderr,
+    )
+    return OUT_OF_MEMORY
 
 
 def _discard_output() -> None:
     """Send what is left of the output nowhere, so that the flush at exit cannot fail again."""
     # ValueError: no descriptor behind it, so nothing will be flushed there.
     with contextlib.suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
 
 
 def _unwritable(error: OSError | None) -> int:
@@ -231,9 +233,11 @@ def _unwritable(error: OSError | None) -> int:
     else:
         _discard_output()
         reason = error.strerror or str(error)
-    # AttributeError: stderr is closed too (None), and the status says it alone.
-    with contextlib.suppress(OSError, AttributeError):
-        print(f"{PROG}: cannot write its output: {reason}", file=sys.stderr)
+    # With stderr closed too (None) the status says it alone: print(file=None) would write
+    # to stdout, the very output that failed.
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError):
+            print(f"{PROG}: cannot write its output: {reason}", file=sys.stderr)
     return UNWRITABLE_OUTPUT
 
 
