@@ -235,7 +235,8 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
             refusal = _refusal("iter_blocks_after", cursor, _NOT_LINKED)
             return _Step(label, lambda q: _walk_after(q, cursor), NotInQueueError, None, refusal)
         return _Step(label, lambda q: _walk_after(q, cursor), None, model[where + 1 :])
-    batch = rng.sample(blocks, rng.randint(0, 4))
+    # At most 4, and never more than the universe holds (a universe of 1 to 3 is allowed).
+    batch = rng.sample(blocks, rng.randint(0, min(4, len(blocks))))
     if batch and rng.random() < 0.1:
         batch.append(batch[0])  # a block repeated within one batch
     at_front = roll >= 0.9  # half of the batches go to the front
