@@ -150,3 +150,113 @@ def test_long_runs_show_progress_that_never_mixes_into_a_line(
     assert lines[-1] == ""
     assert lines[0].startswith("verified_queue ")  # the banner, first
     assert any("self-check passed" in line or "result  " in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("total", "done", "line"),
+    [
+        (10, 0, "cmd: 0 of 10 things (0%), 3 s"),
+        (10, 1, "cmd: 1 of 10 things (10%), 3 s, about 27 s left"),
+        (10, 9, "cmd: 9 of 10 things (90%), 3 s, about 0 s left"),
+        (10, 10, "cmd: 10 of 10 things (100%), 3 s"),
+        (1, 0, "cmd: 0 of 1 things (0%), 3 s"),
+        (1, 1, "cmd: 1 of 1 things (100%), 3 s"),
+        (0, 0, "cmd: 0 of 0 things, 3 s"),
+        (2_000_000, 500_000, "cmd: 500,000 of 2,000,000 things (25%), 3 s, about 9 s left"),
+    ],
+)
+def test_a_line_shows_the_share_done_and_an_estimate_only_while_one_can_be_made(
+    total: int, done: int, line: str
+) -> None:
+    """The share done shows for any total of work (not for none), and the time left only once
+    some work is done and while some is left: never a division by zero, never "0 s left"
+    for a finished run."""
+    clock = FakeClock()
+    stream = Terminal()
+    progress = Progress("cmd", "things", total, stream, clock=clock)
+    clock.now += 3.0
+    progress.update(done)
+    assert stream.getvalue() == f"{ERASE}{line}"
+
+
+@pytest.mark.parametrize("hours", [1, 2, 25])
+def test_a_wait_of_hours_reads_in_hours_and_whole_minutes(hours: int) -> None:
+    """From an hour on, a wait reads as its hours and minutes, for every minute of the hour."""
+    for minutes in range(60):
+        for seconds in (0, 29):
+            wait = hours * 3600 + minutes * 60 + seconds
+            assert duration(wait) == f"{hours} h {minutes} min"
+
+
+class Unaskable(io.StringIO):
+    """A stream that takes writes but cannot say whether it is a terminal."""
+
+    def isatty(self) -> bool:
+        raise OSError("Bad file descriptor")
+
+
+def test_a_stream_that_cannot_say_it_is_a_terminal_gets_nothing() -> None:
+    """When asking whether stderr is a terminal fails, it is not treated as one: no line."""
+    clock = FakeClock(step=10.0)
+    stream = Unaskable()
+    progress = Progress("cmd", "things", 100, stream, clock=clock)
+    for done in range(0, 100, 10):
+        progress.update(done)
+    progress.clear()
+    assert stream.getvalue() == ""
+
+
+class FlakyTerminal(Terminal):
+    """A terminal on which the writes numbered in ``failing`` (from 0) fail; others go through."""
+
+    def __init__(self, *failing: int) -> None:
+        super().__init__()
+        self.failing = set(failing)
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        if self.writes - 1 in self.failing:
+            raise OSError("Resource temporarily unavailable")
+        return super().write(text)
+
+
+def test_after_a_failed_write_the_progress_writes_no_more_lines() -> None:
+    """A first line that cannot be written turns the progress off for good: none follows."""
+    clock = FakeClock(step=5.0)
+    stream = FlakyTerminal(0)
+    progress = Progress("cmd", "things", 10, stream, clock=clock)
+    progress.update(1)
+    assert stream.writes == 1
+    for done in range(2, 10):
+        progress.update(done)
+    assert stream.writes == 1
+    assert stream.getvalue() == ""
+
+
+def test_an_erase_that_fails_is_not_tried_again() -> None:
+    """Once the erase of a line fails, the progress is off: later clears write nothing."""
+    clock = FakeClock(step=5.0)
+    stream = FlakyTerminal(1)
+    progress = Progress("cmd", "things", 10, stream, clock=clock)
+    progress.update(5)
+    assert stream.getvalue() == f"{ERASE}cmd: 5 of 10 things (50%), 5 s, about 5 s left"
+    progress.clear()  # fails
+    progress.update(6)
+    progress.clear()
+    progress.clear()
+    assert stream.writes == 2
+
+
+def test_a_line_that_failed_is_neither_counted_nor_erased() -> None:
+    """A line whose write failed never showed: it is not counted, and no erase follows it,
+    even on a stream that works again (the erase would wipe the terminal's line)."""
+    clock = FakeClock(step=5.0)
+    stream = FlakyTerminal(0)
+    progress = Progress("cmd", "things", 10, stream, clock=clock)
+    progress.update(1)
+    assert progress.shown == 0
+    assert not progress.enabled
+    progress.clear()  # only the first write fails: the stream would take this one
+    assert stream.writes == 1
+    assert stream.getvalue() == ""

@@ -82,21 +82,28 @@ class Progress:
         self.command = command
         self.unit = unit
         self.total = total
-        self.stream = stream
         self.clock = clock or _clock
-        self.enabled = force or _is_terminal(stream)
+        #: Where the lines go while they may: ``None`` for a stream that is no terminal, and
+        #: from the first write that fails.
+        self._target = stream if force or _is_terminal(stream) else None
         self.started = self.clock()
         self.due = self.started + DELAY
         #: Progress lines written so far.
         self.shown = 0
-        self._visible = False
+        #: The line on show, ``""`` once erased (or before the first).
+        self._line = ""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether progress lines are still written: a terminal, and no write has failed."""
+        return self._target is not None
 
     def update(self, done: int) -> None:
         """Show ``done`` of the total if a line is due; otherwise do nothing.
 
         Runtime complexity: O(1)
         """
-        if not self.enabled:
+        if self._target is None:
             return
         now = self.clock()
         if now < self.due:
@@ -109,27 +116,29 @@ class Progress:
         text += f", {duration(elapsed)}"
         if 0 < done < self.total:
             text += f", about {duration(elapsed * (self.total - done) / done)} left"
-        self._write(f"{_ERASE}{text}")
-        self.shown += 1
-        self._visible = True
+        if self._write(f"{_ERASE}{text}"):
+            self.shown += 1
+            self._line = text
 
     def clear(self) -> None:
         """Erase the progress line, if one shows, so that the next output starts a clean line.
 
         Runtime complexity: O(1)
         """
-        if self._visible:
-            self._visible = False
+        if self._line:
+            self._line = ""
             self._write(_ERASE)
 
-    def _write(self, text: str) -> None:
-        """Write ``text`` and flush; a stream that fails turns the progress off, silently."""
-        stream = self.stream
-        if stream is None:
-            return
+    def _write(self, text: str) -> bool:
+        """Write ``text`` and flush; whether it went. A stream that fails turns the progress
+        off, silently: nothing more is written to it, not even an erase."""
+        target = self._target
+        if target is None:
+            return False
         try:
-            stream.write(text)
-            stream.flush()
+            target.write(text)
+            target.flush()
         except (OSError, ValueError):  # stderr closed or gone: the run itself goes on
-            self.enabled = False
-            self._visible = False
+            self._target = None
+            return False
+        return True
