@@ -1,9 +1,16 @@
-"""The pytest plugin that records which tests call which functions of the package, and their cost.
+"""The pytest plugin that records which tests run which code of the package, and their cost.
 
 Loaded by ``python mutation/swap.py collect`` (as ``-p calls``, with ``SWAP_CALLS_DIR`` set),
-in every xdist worker: while each test runs, a profile function notes every function of the
-package that is entered (by its module and qualified name), in every thread; at the end each
-worker writes what it saw, each test's CPU time and the tests that failed to
+in every xdist worker. While each test runs,
+
+- a profile function notes every function of the package that is entered (by its module and
+  qualified name), in every thread;
+- coverage.py, with the test as its context, notes every line of the package that runs;
+- a wrapper of ``sys.settrace`` notes the tests that set a trace function of their own (the
+  interrupt tests do, to raise at every checkpoint): while theirs is in place coverage.py
+  sees nothing, so their lines are not known, only their functions.
+
+At the end each worker writes what it saw, each test's CPU time and the tests that failed to
 ``SWAP_CALLS_DIR/<worker>.json``, which ``swap.py`` merges.
 """
 
@@ -15,6 +22,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -30,7 +38,20 @@ _seen: set[str] = set()
 _failed: set[str] = set()
 #: co_filename -> whether it is a file of the package, filled on first sight of each file.
 _in_package: dict[str, bool] = {}
-_PACKAGE = str(Path(__file__).resolve().parent.parent / "verified_queue") + os.sep
+_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE = str(_ROOT / "verified_queue") + os.sep
+#: Tests that set a trace function of their own, hiding their lines from coverage.py.
+_own_tracer: set[str] = set()
+_running: list[str] = []
+#: coverage.py's collector, started in pytest_configure (it is in the mutation group only).
+_coverage: Any = None
+_settrace = sys.settrace
+
+
+def _noting_settrace(function: Any) -> None:
+    if function is not None and _running:
+        _own_tracer.add(_running[-1])
+    _settrace(function)
 
 
 def key_of(module: str, code: types.CodeType) -> str:
@@ -55,6 +76,9 @@ def _profile(frame: types.FrameType, event: str, _arg: Any) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
     _seen.clear()
+    _running.append(item.nodeid)
+    if _coverage is not None:
+        _coverage.switch_context(item.nodeid)
     start = time.process_time()
     threading.setprofile(_profile)
     sys.setprofile(_profile)
@@ -63,9 +87,22 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
+        if _coverage is not None:
+            _coverage.switch_context("")
+        _running.pop()
         _cpu[item.nodeid] = time.process_time() - start
         for key in _seen:
             _calls.setdefault(key, set()).add(item.nodeid)
+
+
+def pytest_configure() -> None:
+    global _coverage  # noqa: PLW0603 - one collector for the worker's whole session
+    if os.environ.get("SWAP_CALLS_DIR"):
+        import coverage  # noqa: PLC0415
+
+        _coverage = coverage.Coverage(data_file=None, include=[_PACKAGE + "*"], config_file=False)
+        sys.settrace = _noting_settrace
+        _coverage.start()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -79,5 +116,28 @@ def pytest_sessionfinish() -> None:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     calls = {key: sorted(tests - _failed) for key, tests in _calls.items()}
-    data = {"calls": calls, "cpu": _cpu, "failed": sorted(_failed)}
+    _coverage.stop()
+    sys.settrace = _settrace
+    with warnings.catch_warnings():
+        # xdist's controller runs no test: no data is what it should collect.
+        warnings.simplefilter("ignore")
+        measured = _coverage.get_data()
+    # file -> line -> the tests that ran it (by the test's place in cpu's order, to keep it small)
+    place = {test: index for index, test in enumerate(_cpu)}
+    lines: dict[str, dict[int, list[int]]] = {}
+    for filename in measured.measured_files():
+        by_line = measured.contexts_by_lineno(filename)
+        relative = Path(os.path.realpath(filename)).relative_to(_ROOT).as_posix()
+        lines[relative] = {
+            line: sorted(place[test] for test in tests if test in place and test not in _failed)
+            for line, tests in by_line.items()
+        }
+    data = {
+        "calls": calls,
+        "cpu": _cpu,
+        "order": list(_cpu),
+        "lines": lines,
+        "own_tracer": sorted(_own_tracer - _failed),
+        "failed": sorted(_failed),
+    }
     (Path(directory) / f"{worker}.json").write_text(json.dumps(data), encoding="utf-8")

@@ -35,8 +35,10 @@ from __future__ import annotations
 import __future__
 
 import argparse
+import ast
 import difflib
 import fnmatch
+import functools
 import importlib
 import inspect
 import json
@@ -56,6 +58,7 @@ from typing import Any
 
 import pytest
 import run as whole_package_run  # mutation/run.py: the verdict, module by module
+import selection  # mutation/selection.py: each test's CPU limit, loaded into the run by -p
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "verified_queue"
@@ -135,6 +138,59 @@ def show(name: str) -> str:
     )
 
 
+@functools.cache
+def _statement_spans(path: Path) -> tuple[tuple[int, int, bool], ...]:
+    """Every statement of a module as ``(first line, last line, is a header)``.
+
+    A compound statement (``if``, ``for``, ``try``, ``def``, an ``except`` clause...) counts
+    as its header only, decorators included: its body is made of statements of its own.
+    """
+    spans = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, (ast.stmt, ast.ExceptHandler)):
+            continue
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            spans.append((first, max(node.lineno, body[0].lineno - 1), True))
+        else:
+            spans.append((node.lineno, node.end_lineno or node.lineno, False))
+    return tuple(spans)
+
+
+def changed_statements(mutant: Mutant) -> list[tuple[int, int]] | None:
+    """The line spans of the statements ``mutant`` changes in its module's file.
+
+    ``None`` when the change is in the function's own header (its signature, defaults or
+    decorators, which run when the function is defined, not when it runs) or lies outside
+    every statement: then every test that calls the function is the mutant's.
+    """
+    live = live_function(mutant)
+    source, start = inspect.getsourcelines(live)
+    original = textwrap.dedent("".join(source)).splitlines(keepends=True)
+    mangled = mutant.name.rpartition(".")[2]
+    changed = mutant.source.lstrip("\n").replace(f"def {mangled}(", f"def {mutant.function}(", 1)
+    lines: set[int] = set()
+    matcher = difflib.SequenceMatcher(None, original, changed.splitlines(keepends=True), False)
+    for tag, first, last, _, _ in matcher.get_opcodes():
+        if tag != "equal":
+            # An insertion changes the place between two lines: both count.
+            lines.update(range(first, last) if last > first else {max(first - 1, 0), first})
+    if not lines:
+        return None
+    spans = _statement_spans(Path(live.__code__.co_filename))
+    found = []
+    for line in sorted(start + offset for offset in lines):
+        holding = [span for span in spans if span[0] <= line <= span[1]]
+        if not holding:
+            return None
+        innermost = min(holding, key=lambda span: span[1] - span[0])
+        if innermost[2] and innermost[0] == start:  # the function's own header
+            return None
+        found.append(innermost[:2])
+    return found
+
+
 def live_function(mutant: Mutant) -> types.FunctionType:
     """The function object the package runs for ``mutant``'s function."""
     module = importlib.import_module(mutant.module)
@@ -173,11 +229,27 @@ def swap_in(mutant: Mutant) -> None:
     """Put ``mutant``'s code, defaults and names into the live function."""
     live = live_function(mutant)
     made = mutant_function(mutant, live)
-    live.__code__ = made.__code__.replace(
+    code = made.__code__.replace(
         co_name=live.__code__.co_name,
         co_qualname=live.__code__.co_qualname,
         co_firstlineno=live.__code__.co_firstlineno,
     )
+    if code.co_freevars != live.__code__.co_freevars:
+        # A mutant that drops the method's only super() loses its __class__ cell, and a code
+        # object cannot change its free variables under a function: the class gets the
+        # mutant as a function of its own (references kept elsewhere keep the original).
+        owner = vars(importlib.import_module(mutant.module))[mutant.class_name or ""]
+        replacement = types.FunctionType(code, live.__globals__, live.__name__, made.__defaults__)
+        replacement.__kwdefaults__ = made.__kwdefaults__
+        replacement.__qualname__ = live.__qualname__
+        wrapper = type(vars(owner)[mutant.function])
+        setattr(
+            owner,
+            mutant.function,
+            replacement if wrapper is types.FunctionType else wrapper(replacement),
+        )
+        return
+    live.__code__ = code
     live.__defaults__ = made.__defaults__
     live.__kwdefaults__ = made.__kwdefaults__
 
@@ -212,15 +284,35 @@ def collect(out: Path, workers: int, pytest_args: list[str]) -> None:
         )
         calls: dict[str, set[str]] = defaultdict(set)
         cpu: dict[str, float] = {}
+        ran: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+        own_tracer: set[str] = set()
         failed: list[str] = []
         for part in Path(directory).glob("*.json"):
             data = json.loads(part.read_text(encoding="utf-8"))
             for key, tests in data["calls"].items():
                 calls[key].update(tests)
             cpu.update(data["cpu"])
+            for filename, by_line in data["lines"].items():
+                for line, places in by_line.items():
+                    ran[filename][int(line)].update(data["order"][place] for place in places)
+            own_tracer.update(data["own_tracer"])
             failed += data["failed"]
+    tests = sorted(cpu)
+    place = {test: index for index, test in enumerate(tests)}
+    lines = {
+        filename: {line: sorted(place[test] for test in ran_by) for line, ran_by in by_line.items()}
+        for filename, by_line in ran.items()
+    }
     out.write_text(
-        json.dumps({"calls": {k: sorted(v) for k, v in calls.items()}, "cpu": cpu}),
+        json.dumps(
+            {
+                "calls": {k: sorted(v) for k, v in calls.items()},
+                "cpu": cpu,
+                "tests": tests,
+                "lines": lines,
+                "own_tracer": sorted(own_tracer),
+            }
+        ),
         encoding="utf-8",
     )
     print(f"{len(cpu)} tests, {len(calls)} functions called, {sum(cpu.values()):.0f} s of CPU")
@@ -263,22 +355,22 @@ class MutantLoop:
     """A pytest plugin that runs each mutant, in a forked child, in place of the session's tests.
 
     pytest collects the suite once, in the parent; for each mutant the parent forks, and the
-    child swaps the mutant in and runs the collected items that called its function, fastest
-    first, through pytest's own run protocol, stopping at the first failure. No child starts
-    pytest again: collecting the tests of a much-called function took longer than most
-    mutants' tests do.
+    child swaps the mutant in and runs the collected items among the mutant's tests
+    (``tests``, by mutant name), fastest first, through pytest's own run protocol, stopping
+    at the first failure. No child starts pytest again: collecting the tests of a
+    much-called function took longer than most mutants' tests do.
     """
 
     def __init__(
         self,
         mutants: list[Mutant],
-        calls: dict[str, list[str]],
+        tests: dict[str, list[str]],
         cpu: dict[str, float],
         children: int,
         out: Path | None,
     ) -> None:
         self.mutants = mutants
-        self.calls = calls
+        self.tests = tests
         self.cpu = cpu
         self.children = children
         self.out = out
@@ -287,8 +379,8 @@ class MutantLoop:
         self.failed = False
 
     def cost(self, mutant: Mutant) -> float:
-        """The CPU seconds of every test that called the mutant's function, in the call map."""
-        return sum(self.cpu.get(test, 0.0) for test in self.calls.get(mutant.key, ()))
+        """The CPU seconds of the mutant's tests, in the call map's run."""
+        return sum(self.cpu.get(test, 0.0) for test in self.tests.get(mutant.name, ()))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
@@ -338,7 +430,7 @@ class MutantLoop:
                 )
 
         for mutant in self.mutants:
-            items = [by_id[test] for test in self.calls.get(mutant.key, ()) if test in by_id]
+            items = [by_id[test] for test in self.tests.get(mutant.name, ()) if test in by_id]
             if not items:
                 self.found[mutant.name] = "no tests"
                 continue
@@ -369,17 +461,62 @@ class MutantLoop:
             self.out.write_text(json.dumps(data, indent=0, sort_keys=True), encoding="utf-8")
 
 
+@dataclass(frozen=True)
+class CallMap:
+    """What ``collect`` wrote: who calls each function, who runs each line, what each costs."""
+
+    calls: dict[str, list[str]]
+    cpu: dict[str, float]
+    #: file (relative to the checkout) -> line -> the tests that ran it
+    lines: dict[str, dict[int, frozenset[str]]]
+    #: tests that set a trace function of their own: their lines are unknown
+    own_tracer: frozenset[str]
+
+    @classmethod
+    def read(cls, path: Path) -> CallMap:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        tests = data["tests"]
+        lines = {
+            filename: {int(line): frozenset(tests[i] for i in ran) for line, ran in by_line.items()}
+            for filename, by_line in data["lines"].items()
+        }
+        return cls(data["calls"], data["cpu"], lines, frozenset(data["own_tracer"]))
+
+    def tests_of(self, mutant: Mutant) -> list[str]:
+        """The tests that run the statements ``mutant`` changes (all that call its function
+        when the change is in its header), and those of them whose lines are unknown."""
+        calls = self.calls.get(mutant.key, [])
+        spans = changed_statements(mutant)
+        if spans is None or not calls:
+            return calls
+        filename = live_function(mutant).__code__.co_filename
+        ran = self.lines.get(Path(filename).resolve().relative_to(ROOT).as_posix(), {})
+        reached: set[str] = set()
+        for first, last in spans:
+            for line in range(first, last + 1):
+                reached |= ran.get(line, frozenset())
+        return [test for test in calls if test in reached or test in self.own_tracer]
+
+
 def run(
     calls_file: Path, only: str | None, children: int, pytest_args: list[str], out: Path | None
 ) -> dict[str, str]:
-    """Run every mutant against the tests that call its function; each mutant's status."""
+    """Run every mutant against the tests that run what it changes; each mutant's status."""
     sys.path.insert(0, str(ROOT))
-    data = json.loads(calls_file.read_text(encoding="utf-8"))
+    call_map = CallMap.read(calls_file)
     os.environ["MUTATION_CALLS"] = str(calls_file.resolve())  # selection.py's test times
-    loop = MutantLoop(generate(only), data["calls"], data["cpu"], children, out)
+    mutants = generate(only)
     # Import the package's mutated modules before collecting: the children inherit them.
-    for module in {mutant.module for mutant in loop.mutants}:
+    for module in {mutant.module for mutant in mutants}:
         importlib.import_module(module)
+    tests = {mutant.name: call_map.tests_of(mutant) for mutant in mutants}
+    # Tighter than under mutmut, whose runs import the package and the tests afresh: a child
+    # here inherits them, and the times of step 1 are taken under a profile function and
+    # coverage.py, which slow every test. A test past 2 s plus 5 times its traced time
+    # is a mutant that spins (the retry loops of the pool's repairs, for most).
+    selection.LIMIT_FLOOR = 2.0
+    selection.LIMIT_FACTOR = 5.0
+    loop = MutantLoop(mutants, tests, call_map.cpu, children, out)
     pytest.main(["-q", "-p", "no:cacheprovider", "-p", "selection", *pytest_args], plugins=[loop])
     return loop.found
 

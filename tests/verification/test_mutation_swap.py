@@ -87,6 +87,34 @@ def test_a_swapped_method_keeps_its_class_cell_and_adds_no_frame() -> None:
     assert out.split() == ["caller", "__len__", "102"]
 
 
+def test_a_mutant_that_drops_super_replaces_the_method_in_its_class() -> None:
+    """A mutant without the method's ``super()`` has no ``__class__`` cell, so its code
+    cannot go into the live function: the class gets the mutant as a method of its own."""
+    out = run_child(
+        """
+        import sys
+        from verified_queue import Block, FreeBlockQueue
+        from swap import Mutant, swap_in
+
+        class Probe(FreeBlockQueue):
+            def __len__(self):
+                return super().__len__()
+
+        source = (
+            "def xǁProbeǁ__len____mutmut_2(self):\\n"
+            "    return 7\\n"
+        )
+        sys.modules["__main__"].Probe = Probe
+        Probe.__module__ = "__main__"
+        name = "__main__.xǁProbeǁ__len____mutmut_2"
+        swap_in(Mutant(name, "__main__", "Probe", "__len__", source))
+        print(len(Probe([Block()])), Probe.__len__.__qualname__)
+        """
+    )
+    # The qualified name stays the method's: frames and the call map name it as before.
+    assert out.split() == ["7", "Probe.__len__"]
+
+
 def test_the_call_map_keys_are_the_runners_keys() -> None:
     """``calls.key_of`` names a method and a function as ``Mutant.key`` does."""
     out = run_child(
@@ -164,9 +192,9 @@ def test_the_loop_runs_each_mutant_against_its_own_tests_only(tmp_path: Path) ->
                            "verified_queue._switch", None, "_run_as_command",
                            "def x__run_as_command__mutmut_1():\\n    return True\\n")
         test = "test_probe.py::test_default_is_off"  # node ids are relative to the rootdir
-        calls = {{wrong.key: [test], same.key: [test]}}
+        tests = {{wrong.name: [test], same.name: [test]}}
         out = Path({str(tmp_path / "found.json")!r})
-        loop = MutantLoop([wrong, same, unreached], calls, {{test: 0.01}}, 2, out)
+        loop = MutantLoop([wrong, same, unreached], tests, {{test: 0.01}}, 2, out)
         options = ["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}]
         pytest.main([*options, {str(tests)!r}], plugins=[loop])
         print(json.dumps(loop.found, sort_keys=True))
