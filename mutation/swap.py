@@ -58,12 +58,17 @@ from typing import Any
 
 import pytest
 import run as whole_package_run  # mutation/run.py: the verdict, module by module
-import selection  # mutation/selection.py: each test's CPU limit, loaded into the run by -p
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "verified_queue"
 HERE = Path(__file__).resolve().parent
 SEPARATOR = "ǁ"
+#: Each test's CPU limit in a child, in place of selection.py's (set for mutmut's runs, which
+#: import the package and the tests afresh): a child here inherits them, and the call map's
+#: times are taken under a profile function and coverage.py, which slow every test. A test
+#: past 2 s plus 5 times its traced time is a mutant that spins (the pool's repair loops).
+LIMIT_FLOOR = 2.0
+LIMIT_FACTOR = 5.0
 #: A child's exit code read as mutmut reads it (36: the per-test CPU limit of selection.py).
 STATUS = {0: "survived", 1: "killed", 36: "timeout", 5: "no tests"}
 
@@ -407,6 +412,11 @@ class MutantLoop:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        # selection.py as pytest imported it for -p (imported before, it could not be
+        # rewritten, and pytest's warning about that is an error here).
+        selection = session.config.pluginmanager.get_plugin("selection")
+        if selection is not None:
+            selection.LIMIT_FLOOR, selection.LIMIT_FACTOR = LIMIT_FLOOR, LIMIT_FACTOR
         by_id = {item.nodeid: item for item in session.items}
         order = {item.nodeid: place for place, item in enumerate(session.items)}
         self.mutants.sort(key=self.cost)
@@ -510,12 +520,6 @@ def run(
     for module in {mutant.module for mutant in mutants}:
         importlib.import_module(module)
     tests = {mutant.name: call_map.tests_of(mutant) for mutant in mutants}
-    # Tighter than under mutmut, whose runs import the package and the tests afresh: a child
-    # here inherits them, and the times of step 1 are taken under a profile function and
-    # coverage.py, which slow every test. A test past 2 s plus 5 times its traced time
-    # is a mutant that spins (the retry loops of the pool's repairs, for most).
-    selection.LIMIT_FLOOR = 2.0
-    selection.LIMIT_FACTOR = 5.0
     loop = MutantLoop(mutants, tests, call_map.cpu, children, out)
     pytest.main(["-q", "-p", "no:cacheprovider", "-p", "selection", *pytest_args], plugins=[loop])
     return loop.found
