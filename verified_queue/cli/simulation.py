@@ -374,9 +374,11 @@ class Simulation:
             self._touch_with_planted_fault(request, hit)
         else:
             pool.touch(hit)
-        report.pool_calls += 2
+        # Each call counted as it is made: one that raises is a call, the one after it is not.
+        report.pool_calls += 1
         request.blocks = hit + pool.get_new_blocks(needed)
         full = len(tokens) // size
+        report.pool_calls += 1
         pool.cache_full_blocks(request.blocks, request.hashes, len(hit), full)
         request.num_cached_blocks = full
         if not request.preempted:
@@ -458,6 +460,7 @@ class Simulation:
         self.report.requests_served += 1
         if self.armed and self.config.inject == "double-free":
             self._plant("double-free", request)
+            self.report.pool_calls += 1
             self._faulty_call(self.pool.free_blocks, reversed(request.blocks))
 
     def _plant(self, fault: str, request: Request) -> None:
@@ -474,8 +477,8 @@ class Simulation:
         )
 
     def _faulty_call(self, call: Callable[[_T], None], argument: _T) -> None:
-        """Make the planted fault's pool call; its frame marks the faulty call in a traceback."""
-        self.report.pool_calls += 1
+        """Make the planted fault's pool call (its caller counts it); its frame marks the
+        faulty call in a traceback."""
         call(argument)
 
     def _clear_progress(self) -> None:
