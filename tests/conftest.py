@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 # specs/, conformance/ and bench/ are not shipped; append (not prepend) the checkout so that
 # ``import verified_queue`` still finds the installed build under test.
@@ -22,6 +22,13 @@ settings.register_profile(
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
+)
+# mutation: ci's examples, found failures not shrunk. A mutant stops at its first failing
+# test, and no one reads the failure: shrinking it cost seconds per mutant a machine kills.
+settings.register_profile(
+    "mutation",
+    parent=settings.get_profile("ci"),
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 # thorough: for long local runs before a release.
