@@ -72,12 +72,13 @@ class SelfCheckReport:
     mismatch: str | None = None
 
 
-def _position(items: list[_Numbered], block: _Numbered) -> int:
-    """Index of ``block`` in ``items`` by identity (``list.index`` would use ``==``)."""
+def _position(items: list[_Numbered], block: _Numbered) -> int | None:
+    """Index of ``block`` in ``items`` by identity (``list.index`` would use ``==``), or
+    ``None`` if it is not there."""
     for index, item in enumerate(items):
         if item is block:
             return index
-    return -1
+    return None
 
 
 def run_self_check(
@@ -213,14 +214,14 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
         return step
     if roll < 0.5:
         label = f"remove({block!r})"
-        if where < 0:
+        if where is None:
             refusal = _refusal("remove", block, _NOT_LINKED)
             return _Step(label, lambda q: q.remove(block), NotInQueueError, None, refusal)
         del model[where]
         return _Step(label, lambda q: q.remove(block), None)
     if roll < 0.7:
         label = f"append({block!r})"
-        if where >= 0:
+        if where is not None:
             refusal = _refusal("append", block, _DOUBLE_FREE)
             return _Step(label, lambda q: q.append(block), AlreadyInQueueError, None, refusal)
         model.append(block)
@@ -231,7 +232,7 @@ def _random_step(  # noqa: PLR0911 -- one early return per kind of call reads be
         label = f"iter_blocks_after({cursor!r})"
         if cursor is None:
             return _Step(label, lambda q: _walk_after(q, None), None, list(model))
-        if where < 0:
+        if where is None:
             refusal = _refusal("iter_blocks_after", cursor, _NOT_LINKED)
             return _Step(label, lambda q: _walk_after(q, cursor), NotInQueueError, None, refusal)
         return _Step(label, lambda q: _walk_after(q, cursor), None, model[where + 1 :])
@@ -283,13 +284,17 @@ def _probe(
     # Each probe is built only when its turn comes: its label and message cost reprs.
     probes: list[Callable[[], _Step]] = []
     for sentinel in sentinels:
+        # The batch's numbered block is detached, so its sentinel names the refusal.
         batch: list[Block] = [*detached[:1], sentinel]
-        probes += [
-            functools.partial(_refused_probe, "append", sentinel, AlreadyInQueueError, _A_SENTINEL),
-            functools.partial(_refused_probe, "append_n", batch, AlreadyInQueueError, model=model),
-            functools.partial(_refused_probe, "prepend_n", batch, AlreadyInQueueError, model=model),
-            functools.partial(_refused_probe, "remove", sentinel, NotInQueueError, _SENTINEL_STAYS),
-        ]
+        for operation, argument, error, reason in (
+            ("append", sentinel, AlreadyInQueueError, _A_SENTINEL),
+            ("append_n", batch, AlreadyInQueueError, _A_SENTINEL),
+            ("prepend_n", batch, AlreadyInQueueError, _A_SENTINEL),
+            ("remove", sentinel, NotInQueueError, _SENTINEL_STAYS),
+        ):
+            probes.append(
+                functools.partial(_refused_probe, operation, argument, error, sentinel, reason)
+            )
     probes += [
         lambda: _Step(
             "iter_blocks_after(head)", _call("iter_blocks_after", sentinels[0]), None, model[:]
@@ -301,7 +306,12 @@ def _probe(
     for sentinel in sentinels[2:]:
         probes.append(
             functools.partial(
-                _refused_probe, "iter_blocks_after", sentinel, NotInQueueError, _FOREIGN_SENTINEL
+                _refused_probe,
+                "iter_blocks_after",
+                sentinel,
+                NotInQueueError,
+                sentinel,
+                _FOREIGN_SENTINEL,
             )
         )
     probes.append(
@@ -352,17 +362,12 @@ def _refused_probe(
     operation: str,
     argument: Block | list[Block],
     error: type[QueueError],
-    reason: str = "",
-    model: list[_Numbered] | None = None,
+    refused: Block,
+    reason: str,
 ) -> _Step:
-    """A probe that hands ``argument`` to ``operation``, which must refuse it.
-
-    A single argument is refused for ``reason``; a batch as the list ``model`` says.
-    """
-    if isinstance(argument, list):
-        message = _batch_refusal(operation, argument, model or [])
-    else:
-        message = _refusal(operation, argument, reason)
+    """A probe that hands ``argument`` to ``operation``, which must refuse ``refused`` (the
+    argument itself, or the item of a batch that names the refusal) for ``reason``."""
+    message = _refusal(operation, refused, reason)
     return _Step(f"{operation}({argument!r})", _call(operation, argument), error, None, message)
 
 
