@@ -215,3 +215,26 @@ def test_a_bad_vllm_mode_is_said_to_stop_vllm(monkeypatch: pytest.MonkeyPatch) -
     line = status_command.describe_vllm()[1]
     assert line.startswith("vLLM: a vLLM process started from here stops: ")
     assert "bogus" in line
+
+
+class _MarkLookupFails(type):
+    """A metaclass whose classes raise when asked for the plugin's finder mark."""
+
+    def __getattribute__(cls, name: str) -> object:
+        if name == _status.FINDER_MARK:
+            raise RuntimeError("no attributes here")
+        return super().__getattribute__(name)
+
+
+def test_a_finder_whose_class_cannot_be_asked_is_not_the_plugins() -> None:
+    """A finder on sys.meta_path whose class raises on the mark's lookup is someone else's:
+    the status names no plugin for it, and does not fail."""
+    odd_finder = _MarkLookupFails("OddFinder", (), {})()
+    assert _status.is_plugin_finder(odd_finder) is False
+
+
+def test_a_rebound_name_is_written_as_a_dotted_class_or_its_repr() -> None:
+    """A class is written ``module.QualName``; anything else a vLLM name may hold, by repr."""
+    assert _status._name(_status.FINDER_MARK.__class__) == "builtins.str"
+    assert _status._name(None) == "None"
+    assert _status._name(7) == "7"

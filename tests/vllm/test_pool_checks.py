@@ -775,3 +775,21 @@ def test_a_layout_neither_release_shipped_is_named() -> None:
         "vLLM's prefix cache holds str under a hash: the pool clause P3 cannot be checked by "
         "this version of verified_queue; use VERIFIED_QUEUE_VLLM=production"
     )
+
+
+def test_a_violation_found_by_check_block_pool_names_the_check_in_trace_mode(
+    wheel: Path,
+) -> None:
+    """In trace mode the explicit pool check's violation carries the history, with the check
+    itself as the call: ``check_block_pool()``, where it was called from."""
+    pool = build_pool(load_vllm(wheel), "trace")
+    queue = pool.free_block_queue
+    queue.full_check_every = 0
+    blocks = pool.get_new_blocks(2)
+    pool.free_blocks(blocks)
+    pool.free_blocks(blocks[:1])  # silent in vLLM: ref_cnt -1, found only by a check
+    with pytest.raises(InvariantViolation) as caught:
+        queue.check_block_pool()
+    assert caught.value.clause == "P2"
+    lines = caught.value.history.lines  # type: ignore[attr-defined]
+    assert any(line.startswith("this call: check_block_pool() at ") for line in lines), lines
