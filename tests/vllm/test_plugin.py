@@ -322,6 +322,31 @@ def test_the_rebinding_survives_a_reload_and_reaches_later_imports(
     assert again.FreeKVCacheBlockQueue is not FreeBlockQueue
 
 
+def test_a_fresh_import_of_kv_cache_utils_is_rebound_by_a_loader_that_answers_for_it(
+    fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kv_cache_utils imported anew (dropped from sys.modules first) is run by the plugin's
+    loader and rebound, and that loader answers the rest of the protocol (its source,
+    whether it is a package) as the file's own loader does, for tracebacks and inspect."""
+    monkeypatch.setenv(plugin.ENVIRONMENT_VARIABLE, "production")
+    name = "vllm.v1.core.kv_cache_utils"
+    old = sys.modules[name]
+    plugin.register()
+    try:
+        del sys.modules[name]
+        fresh: Any = importlib.import_module(name)
+        assert fresh is not old
+        assert fresh.FreeKVCacheBlockQueue is FreeBlockQueue
+        loader = fresh.__spec__.loader
+        assert type(loader).__name__ == "_RebindingLoader"
+        source = (fake_vllm / "vllm" / "v1" / "core" / "kv_cache_utils.py").read_text()
+        assert loader.get_source(name) == source
+        assert loader.is_package(name) is False
+    finally:
+        plugin.uninstall()
+        sys.modules[name] = old
+
+
 def test_status_lists_every_name_the_plugin_rebound(
     fake_vllm: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
