@@ -495,17 +495,40 @@ def test_a_bad_value_leaves_vllm_untouched(
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        (("    def prepend_n(self, blocks): self.blocks[:0] = list(blocks)\n", ""), "prepend_n"),
-        (("    def __init__(self, blocks):", "    def __init__(self, blocks, size):"), "size"),
-        (("    ref_cnt: int = 0\n", ""), "fields"),
-        (("@dataclass(slots=True)\nclass KVCacheBlock:", "class KVCacheBlock:"), "dataclass"),
+        (
+            ("    def prepend_n(self, blocks): self.blocks[:0] = list(blocks)\n", ""),
+            "its FreeKVCacheBlockQueue has no prepend_n",
+        ),
+        (
+            (
+                "    def append_n(self, blocks): self.blocks.extend(blocks)\n"
+                "    def prepend_n(self, blocks): self.blocks[:0] = list(blocks)\n",
+                "",
+            ),
+            "its FreeKVCacheBlockQueue has no append_n, prepend_n",
+        ),
+        (
+            ("    def __init__(self, blocks):", "    def __init__(self, blocks, size):"),
+            "its FreeKVCacheBlockQueue(blocks, size) does not take just the blocks",
+        ),
+        (
+            ("    ref_cnt: int = 0\n", ""),
+            "its KVCacheBlock has the fields block_id, pool, block_hash, prev_free_block, "
+            "next_free_block, is_null, not block_id, ref_cnt, pool, prev_free_block, "
+            "next_free_block, is_null",
+        ),
+        (
+            ("@dataclass(slots=True)\nclass KVCacheBlock:", "class KVCacheBlock:"),
+            "no dataclass KVCacheBlock in vllm.v1.core.kv_cache_utils",
+        ),
     ],
-    ids=["no prepend_n", "constructor", "no ref_cnt", "no dataclass"],
+    ids=["no prepend_n", "no append_n nor prepend_n", "constructor", "no ref_cnt", "no dataclass"],
 )
 def test_an_unrecognised_vllm_is_refused_naming_its_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: tuple[str, str], problem: str
 ) -> None:
-    """A queue or block of another shape: one-line refusal naming vLLM's version, no change."""
+    """A queue or block of another shape: a one-line refusal naming vLLM's version and all it
+    does not recognise (every missing method, every field), and no change."""
     if any(name == "vllm" or name.startswith("vllm.") for name in sys.modules):
         pytest.skip("a real vllm is loaded in this process")
     old, new = change
@@ -524,10 +547,10 @@ def test_an_unrecognised_vllm_is_refused_naming_its_version(
         original = block_pool.FreeKVCacheBlockQueue
         with pytest.raises(VllmPluginError) as caught:
             plugin.register()
-        message = str(caught.value)
-        assert message.startswith("vLLM 0.99.0: ")
-        assert problem in message
-        assert "\n" not in message
+        # The whole line: the version, then what is not recognised, every name in it.
+        assert str(caught.value) == (
+            f"vLLM 0.99.0: {problem}; VERIFIED_QUEUE_VLLM=checked refused, vLLM left unchanged"
+        )
         assert block_pool.FreeKVCacheBlockQueue is original
         assert plugin.installed_mode() == "off"
     finally:
