@@ -512,6 +512,13 @@ def test_a_bad_value_leaves_vllm_untouched(
             "its FreeKVCacheBlockQueue(blocks, size) does not take just the blocks",
         ),
         (
+            (
+                "class FreeKVCacheBlockQueue:\n",
+                "class FreeKVCacheBlockQueue:\n    __signature__ = 0\n",
+            ),
+            "its FreeKVCacheBlockQueue() does not take just the blocks",
+        ),
+        (
             ("    ref_cnt: int = 0\n", ""),
             "its KVCacheBlock has the fields block_id, pool, block_hash, prev_free_block, "
             "next_free_block, is_null, not block_id, ref_cnt, pool, prev_free_block, "
@@ -522,7 +529,14 @@ def test_a_bad_value_leaves_vllm_untouched(
             "no dataclass KVCacheBlock in vllm.v1.core.kv_cache_utils",
         ),
     ],
-    ids=["no prepend_n", "no append_n nor prepend_n", "constructor", "no ref_cnt", "no dataclass"],
+    ids=[
+        "no prepend_n",
+        "no append_n nor prepend_n",
+        "constructor",
+        "unreadable constructor",
+        "no ref_cnt",
+        "no dataclass",
+    ],
 )
 def test_an_unrecognised_vllm_is_refused_naming_its_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: tuple[str, str], problem: str
