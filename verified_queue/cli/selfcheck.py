@@ -167,18 +167,18 @@ def _refusal(operation: str, argument: object, reason: str) -> str:
     return f"{operation}({argument!r}): {reason}"
 
 
-def _batch_refusal(operation: str, batch: Sequence[Block], model: list[_Numbered]) -> str | None:
+def _batch_refusal(
+    operation: str, batch: Sequence[_Numbered], model: list[_Numbered]
+) -> str | None:
     """Why the list model refuses to take ``batch``, word for word, or ``None`` if it takes it.
 
-    The first item of the batch that may not join names the refusal: a sentinel
-    (anything not one of the self-check's numbered blocks), an item met earlier in
-    the same batch, or a block already in the list.
+    The first block of the batch that may not join names the refusal: one met earlier
+    in the same batch, or one already in the list. (A batch holding a sentinel is a
+    probe's, which names its refusal itself.)
     """
     members = {id(block) for block in model}
     seen: set[int] = set()
     for item in batch:
-        if not isinstance(item, _Numbered):
-            return _refusal(operation, item, _A_SENTINEL)
         if id(item) in seen:
             return _refusal(operation, item, _REPEATED)
         if id(item) in members:
