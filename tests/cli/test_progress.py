@@ -260,3 +260,17 @@ def test_a_line_that_failed_is_neither_counted_nor_erased() -> None:
     progress.clear()  # only the first write fails: the stream would take this one
     assert stream.writes == 1
     assert stream.getvalue() == ""
+
+
+def test_an_erase_is_written_only_for_a_line_on_show() -> None:
+    """clear() before any line, and a second clear() after one, write nothing: an erase
+    goes out only when a line shows (it would wipe the terminal's own line otherwise)."""
+    clock = FakeClock(step=5.0)
+    stream = Terminal()
+    progress = Progress("cmd", "things", 10, stream, clock=clock)
+    progress.clear()
+    assert stream.getvalue() == ""
+    progress.update(5)
+    progress.clear()
+    progress.clear()
+    assert stream.getvalue() == f"{ERASE}cmd: 5 of 10 things (50%), 5 s, about 5 s left{ERASE}"

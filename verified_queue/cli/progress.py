@@ -90,8 +90,8 @@ class Progress:
         self.due = self.started + DELAY
         #: Progress lines written so far.
         self.shown = 0
-        #: The line on show, ``""`` once erased (or before the first).
-        self._line = ""
+        #: The line on show; ``None`` before the first and once erased.
+        self._line: str | None = None
 
     @property
     def enabled(self) -> bool:
@@ -125,8 +125,8 @@ class Progress:
 
         Runtime complexity: O(1)
         """
-        if self._line:
-            self._line = ""
+        if self._line is not None:
+            self._line = None
             self._write(_ERASE)
 
     def _write(self, text: str) -> bool:
