@@ -15,7 +15,13 @@ too, so prompts are prefilled in chunks. With a KV connector (vLLM's test
 ``MockKVConnector``, loading from outside synchronously or asynchronously) a rule
 also says how the connector's transfers end: loads done, failed (``failed_recving``)
 or with bad blocks (``invalid_block_ids``), and sends of finished requests' KV done
-(``finished_sending``), each reported with the next model output.
+(``finished_sending``), each reported with the next model output. With vLLM's CPU
+offloading connector (``SimpleCPUOffloadConnector``, its scheduler side and its CPU
+``BlockPool`` as vLLM builds them) a rule says how many of the oldest loads from the
+CPU and stores to it end at each output, as its workers report them, and a reset
+may reset the CPU cache too. With speculative decoding a rule says how many draft
+tokens each request is given (``update_draft_token_ids``) and how many of those
+scheduled the model accepts.
 
 After every rule it checks, beyond what check mode checks at each link and
 unlink:
@@ -29,7 +35,10 @@ unlink:
 * no block held by two requests unless it is a cached full block;
 * with a connector, no block free while a transfer still uses it: an
   asynchronous load writing into it, or a finished request's send reading it
-  (:func:`transfer_problems`).
+  (:func:`transfer_problems`); with CPU offloading, no GPU or CPU block free while
+  a load or store the workers were handed still copies it
+  (:func:`offload_problems`), the offloader's own holds counted in both pools' oracle,
+  and check mode's pool check on the CPU pool too.
 
 At the end of each example every request is aborted and the scheduler run until
 nothing is left: then every block but the null block must be free, and the
@@ -38,8 +47,9 @@ and Hypothesis shrinks it to a short sequence of rules.
 
 :data:`CONFIGS` are the schedulers it drives: full attention with prefix caching
 on and off, a hybrid of a full-attention and a sliding-window group, async
-scheduling (alone and hybrid), and a KV connector loading synchronously or
-asynchronously (a failed load recomputed, or failing its request). :data:`PLANTED`
+scheduling (alone and hybrid), a KV connector loading synchronously or
+asynchronously (a failed load recomputed, or failing its request), CPU offloading
+(eager and lazy stores), and speculative decoding (alone and hybrid). :data:`PLANTED`
 are allocator bugs of the classes vLLM and its neighbours shipped, each patched
 into vLLM's classes for one run (vLLM's files are never edited);
 ``tests/vllm/test_fuzz_scheduler_vllm.py`` asserts that the fuzzer finds each
@@ -107,6 +117,7 @@ __all__ = [
     "holder_problems",
     "machine_class",
     "main",
+    "offload_problems",
     "parse_arguments",
     "prompt_tokens",
     "transfer_problems",
@@ -129,6 +140,8 @@ CONNECTOR_TOKENS = 2 * BLOCK_SIZE
 #: ``failed`` (the request's load failed: ``failed_recving``), ``invalid`` (some of its
 #: loaded blocks are bad: ``invalid_block_ids``); a load not reported yet is still in flight.
 TRANSFER_OUTCOMES = ("done", "failed", "invalid")
+#: The connectors that are vLLM's test ``MockKVConnector`` (``Config.connector``).
+MOCK_CONNECTORS = ("sync", "async")
 #: How a request must have finished for the connector to send its KV on: by itself.
 SENT_ON = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED"})
 #: What the checks after each rule include. ``all``: check mode's whole-pool check, the
@@ -166,13 +179,33 @@ class Config:
     max_num_batched_tokens: int = 16
     max_num_seqs: int = 4
     max_model_len: int = 64
-    #: A KV connector beside the pool, vLLM's test ``MockKVConnector``: ``"sync"`` loads
+    #: A KV connector beside the pool. vLLM's test ``MockKVConnector``: ``"sync"`` loads
     #: prompt tokens from outside in the step that schedules them, ``"async"`` over later
-    #: steps (``WAITING_FOR_REMOTE_KVS``); ``None``: no connector.
+    #: steps (``WAITING_FOR_REMOTE_KVS``). ``"cpu-offload"``: vLLM's
+    #: ``SimpleCPUOffloadConnector``, its scheduler side as vLLM builds it (a second
+    #: ``BlockPool`` of CPU blocks, on the checked queue too), storing blocks to CPU and
+    #: loading prefix hits back. ``None``: no connector.
     connector: str | None = None
     #: What the scheduler does with a load that failed (``kv_load_failure_policy``):
     #: ``"recompute"`` the tokens, or ``"fail"`` the request.
     load_failure_policy: str = "recompute"
+    #: The most draft tokens a request is given per step (speculative decoding, vLLM's
+    #: ``ngram`` configuration, the drafts drawn by the machine); 0: no speculative decoding.
+    spec_tokens: int = 0
+    #: With ``"cpu-offload"``: the CPU pool's blocks, and whether blocks are stored only when
+    #: the GPU pool runs low (``lazy_offload``) rather than as soon as they are full.
+    cpu_blocks: int = 8
+    lazy_offload: bool = False
+
+    @property
+    def mock_connector(self) -> bool:
+        """Whether the connector is vLLM's test mock (through the recording connector)."""
+        return self.connector in MOCK_CONNECTORS
+
+    @property
+    def offloading(self) -> bool:
+        """Whether the connector is vLLM's CPU offloading connector."""
+        return self.connector == "cpu-offload"
 
 
 CONFIGS: dict[str, Config] = {
@@ -198,6 +231,33 @@ CONFIGS: dict[str, Config] = {
             connector="async",
             load_failure_policy="fail",
         ),
+        # Drafts take slots ahead of the tokens (lookahead blocks), and rejected ones are
+        # given back: the pool sees allocations the accepted tokens never fill.
+        # Fewer GPU blocks than the others, more on the CPU: prefixes evicted from the GPU
+        # pool while the CPU pool still caches them are loaded back.
+        Config(
+            "cpu-offload",
+            prefix_caching=True,
+            connector="cpu-offload",
+            num_blocks=10,
+            cpu_blocks=16,
+        ),
+        Config(
+            "cpu-offload-lazy",
+            prefix_caching=True,
+            connector="cpu-offload",
+            lazy_offload=True,
+            num_blocks=10,
+            cpu_blocks=16,
+        ),
+        Config("spec-decode", prefix_caching=True, spec_tokens=3),
+        Config(
+            "hybrid-spec-decode",
+            prefix_caching=True,
+            sliding_window=8,
+            spec_tokens=2,
+            num_blocks=24,
+        ),
     )
 }
 
@@ -216,15 +276,21 @@ def prompt_tokens(prefix: int, shared_blocks: int, own: int, serial: int) -> lis
 
 
 def holder_problems(
-    blocks: Sequence[Any], null_block: Any, holders: Iterable[tuple[str, Sequence[Any]]]
+    blocks: Sequence[Any],
+    null_block: Any,
+    holders: Iterable[tuple[str, Sequence[Any]]],
+    transfers: Iterable[tuple[str, Sequence[Any]]] = (),
 ) -> list[str]:
     """What breaks the reference-count oracle: each block's count against who holds it.
 
     ``holders`` names each list of blocks held: a request's block table in one
-    group, or a free the scheduler deferred. A block's ``ref_cnt`` must be the
-    number of times these lists hold it; a block two requests hold must be a
-    cached full block (it has a ``block_hash``), the only kind requests share. The
-    null block is excepted: its count is not kept. Returns one line per problem.
+    group, or a free the scheduler deferred. ``transfers`` names the lists a
+    connector holds for a copy in flight, beside whoever else holds them (an
+    offloading load's or store's blocks, a cache hit pinned until it is loaded). A
+    block's ``ref_cnt`` must be the number of times all these lists hold it; a
+    block two ``holders`` hold must be a cached full block (it has a
+    ``block_hash``), the only kind requests share. The null block is excepted: its
+    count is not kept. Returns one line per problem.
     """
     counts: Counter[int] = Counter()
     owners: dict[int, set[str]] = {}
@@ -234,6 +300,10 @@ def holder_problems(
                 continue
             counts[block.block_id] += 1
             owners.setdefault(block.block_id, set()).add(owner)
+    for _, held in transfers:
+        for block in held:
+            if block is not null_block and not block.is_null:
+                counts[block.block_id] += 1
     problems = []
     for block in blocks:
         if block is null_block:
@@ -278,6 +348,31 @@ def transfer_problems(
         for block_id in read
         if blocks[block_id].ref_cnt <= 0
     ]
+    return problems
+
+
+def offload_problems(
+    gpu_blocks: Sequence[Any],
+    cpu_blocks: Sequence[Any],
+    copies: Iterable[tuple[str, Sequence[int], Sequence[int]]],
+) -> list[str]:
+    """What breaks the rule of offloading copies in flight: every block a copy uses is held.
+
+    ``copies`` names each load and store the offloading connector's workers were
+    handed (in its metadata) and have not reported ended, with the ids of the GPU
+    blocks and of the CPU blocks it copies between. Until it is reported ended,
+    each of those blocks must stay held (``ref_cnt`` above 0) in its pool, whatever
+    became of its request or of the cache: a block freed under a copy is reused
+    while the copy still reads it or writes into it. Returns one line per problem.
+    """
+    problems = []
+    for name, gpu_ids, cpu_ids in copies:
+        for kind, blocks, ids in (("GPU", gpu_blocks, gpu_ids), ("CPU", cpu_blocks, cpu_ids)):
+            problems += [
+                f"{kind} block {i}: free (ref_cnt {blocks[i].ref_cnt}) while {name} copies it"
+                for i in ids
+                if blocks[i].ref_cnt <= 0
+            ]
     return problems
 
 
@@ -328,6 +423,11 @@ class Stats:
     hits: int = 0
     #: The connector's transfers that ended: loads (done, failed, with bad blocks) and sends.
     transfers: int = 0
+    #: Of those, with CPU offloading: the loads of prefix hits back from the CPU pool.
+    cpu_loads: int = 0
+    #: Draft tokens scheduled for the model to verify, and those it accepted.
+    drafts: int = 0
+    accepted: int = 0
     #: The example (1-based) whose run failed first, and the rules each failing run ran.
     first_failure: int | None = None
     failing_lengths: list[int] = field(default_factory=list)
@@ -344,6 +444,9 @@ class Stats:
         self.finished += other.finished
         self.hits += other.hits
         self.transfers += other.transfers
+        self.cpu_loads += other.cpu_loads
+        self.drafts += other.drafts
+        self.accepted += other.accepted
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,6 +605,9 @@ class Vllm:
     kv_cache_interface: Any
     scheduler_classes: tuple[Any, Any]
     kv_connector_output: Any
+    draft_token_ids: Any
+    #: What the CPU offloading connector's workers report of the stores they ended.
+    offload_worker_metadata: Any
     #: vLLM's test modules (``tests.v1...``), which its connector factory imports by name.
     test_modules: dict[str, Any]
     #: ``module:Class`` the connector configurations derive from (``None``: vLLM's mock).
@@ -570,6 +676,10 @@ def load(cache: Path = DEFAULT_CACHE, connector: str | None = None) -> Vllm:
         kv_cache_interface=importlib.import_module("vllm.v1.kv_cache_interface"),
         scheduler_classes=(sched.Scheduler, async_sched.AsyncScheduler),
         kv_connector_output=importlib.import_module("vllm.v1.outputs").KVConnectorOutput,
+        draft_token_ids=importlib.import_module("vllm.v1.outputs").DraftTokenIds,
+        offload_worker_metadata=importlib.import_module(
+            "vllm.v1.simple_kv_offload.metadata"
+        ).SimpleCPUOffloadWorkerMetadata,
         test_modules=test_modules,
         connector=connector,
     )
@@ -577,6 +687,8 @@ def load(cache: Path = DEFAULT_CACHE, connector: str | None = None) -> Vllm:
     return loaded
 
 
+#: vLLM's CPU offloading connector, by the name its factory knows it by.
+OFFLOADING_CONNECTOR = "SimpleCPUOffloadConnector"
 #: The name the recording connector is registered under in vLLM's connector factory.
 CONNECTOR_NAME = "FuzzRecordingKVConnector"
 
@@ -711,11 +823,14 @@ def bound(owner: Any, names: dict[str, Any]) -> Iterator[None]:
 
 
 def _scheduler_class(vllm: Vllm, config: Config) -> Any:
-    """The scheduler class for ``config``: vLLM's, or one adding a sliding-window group.
+    """The scheduler class for ``config``: vLLM's, or one adding a group or a connector.
 
     ``create_scheduler`` builds one full-attention group; the hybrid configurations
     append a sliding-window group to the ``KVCacheConfig`` it passes, before vLLM's
     ``Scheduler`` builds its ``KVCacheManager`` from it (one pool for both groups).
+    The mock connector configurations name the recording connector in place of
+    vLLM's mock; the offloading ones size the CPU pool, and give each group the
+    tensor vLLM's offloading tests give it (the connector sizes its blocks from it).
     """
     base = vllm.scheduler_classes[1 if config.async_scheduling else 0]
     window = config.sliding_window
@@ -736,11 +851,27 @@ def _scheduler_class(vllm: Vllm, config: Config) -> Any:
                 sliding_window=window,
             )
             kv_cache_config.kv_cache_groups.append(interface.KVCacheGroupSpec(["window"], spec))
-        if config.connector is not None:
+        if config.mock_connector:
             # create_scheduler names vLLM's mock; the recording one derives from it.
             transfer = vllm_config.kv_transfer_config
             transfer.kv_connector = CONNECTOR_NAME
             transfer.kv_load_failure_policy = config.load_failure_policy
+        if config.offloading:
+            vllm_config.kv_transfer_config.kv_connector_extra_config = {
+                "num_cpu_blocks": config.cpu_blocks,
+                "lazy_offload": config.lazy_offload,
+            }
+            blocks = kv_cache_config.num_blocks
+            for group in kv_cache_config.kv_cache_groups:
+                page = group.kv_cache_spec.page_size_bytes
+                kv_cache_config.kv_cache_tensors.append(
+                    interface.KVCacheTensor(
+                        size=page * blocks,
+                        layers=list(group.layer_names),
+                        layer_stride=page * blocks,
+                        block_stride=page,
+                    )
+                )
         base.__init__(
             self, *args, vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kwargs
         )
@@ -762,10 +893,13 @@ def build_scheduler(vllm: Vllm, config: Config, *, checked: bool) -> Any:
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=config.max_model_len,
             async_scheduling=config.async_scheduling,
+            num_speculative_tokens=config.spec_tokens or None,
             scheduler_cls=_scheduler_class(vllm, config),
             use_kv_connector=(
                 None
                 if config.connector is None
+                else OFFLOADING_CONNECTOR
+                if config.offloading
                 else utils.mock_kv(
                     matched_tokens=CONNECTOR_TOKENS,
                     is_async=config.connector == "async",
@@ -776,7 +910,7 @@ def build_scheduler(vllm: Vllm, config: Config, *, checked: bool) -> Any:
         )
 
     with contextlib.ExitStack() as stack:
-        if config.connector is not None:
+        if config.mock_connector:
             stack.enter_context(_vllm_tests_importable(vllm))
         if not checked:
             stack.enter_context(bound(vllm.environment.block_pool, vllm.shipped_bindings))
@@ -822,6 +956,19 @@ def machine_class(
             #: and how many of the oldest sends ended.
             self.reports: list[str] = []
             self.sent = 0
+            #: With speculative decoding: the drafts proposed for each sampling request at
+            #: each output (by its place in the output), and how many of its scheduled
+            #: drafts the model accepts.
+            self.drafts: list[int] = []
+            self.accepted: list[int] = []
+            #: With CPU offloading: the load events (each with its requests) and the store
+            #: events the connector's workers run, oldest first, and how many of the oldest
+            #: of each end at each model output from now on (its workers end them in order;
+            #: one of each until an ``offload`` rule says otherwise).
+            self.load_events: deque[tuple[int, list[str], list[int], list[int]]] = deque()
+            self.store_events: deque[tuple[int, list[int], list[int]]] = deque()
+            self.loads_ending = 1
+            self.stores_ending = 0
 
         @contextlib.contextmanager
         def watched(self) -> Iterator[None]:
@@ -892,6 +1039,25 @@ def machine_class(
             """``schedule()``; which requests sample a token is known now, from their counts."""
             output = self.scheduler.schedule()
             stats.steps += 1
+            if config.offloading:
+                issued = output.kv_connector_metadata
+                if issued.load_event >= 0:
+                    self.load_events.append(
+                        (
+                            issued.load_event,
+                            list(issued.load_event_to_reqs[issued.load_event]),
+                            list(issued.load_gpu_blocks),
+                            list(issued.load_cpu_blocks),
+                        )
+                    )
+                if issued.store_event >= 0:
+                    self.store_events.append(
+                        (
+                            issued.store_event,
+                            list(issued.store_gpu_blocks),
+                            list(issued.store_cpu_blocks),
+                        )
+                    )
             stats.preemptions += len(output.preempted_req_ids or ())
             samples = {}
             for request_id in output.num_scheduled_tokens:
@@ -901,13 +1067,26 @@ def machine_class(
             self.in_flight.append((output, samples))
 
         def update(self, ends: Sequence[int]) -> None:
-            """The oldest step's model output, faked as vLLM's tests fake it, back to vLLM."""
+            """The oldest step's model output, faked as vLLM's tests fake it, back to vLLM.
+
+            A request that samples gets its accepted drafts (of those scheduled, as many
+            as :attr:`accepted` says at its place), then its own token; with speculative
+            decoding each request that sampled is then given its next drafts.
+            """
             output, samples = self.in_flight.popleft()
             ids = list(samples)
-            tokens = [
-                [ends[index] if index < len(ends) else SAMPLED_TOKEN] if samples[request_id] else []
-                for index, request_id in enumerate(ids)
-            ]
+            scheduled = output.scheduled_spec_decode_tokens
+            tokens: list[list[int]] = []
+            for index, request_id in enumerate(ids):
+                if not samples[request_id]:
+                    tokens.append([])
+                    continue
+                drafted = len(scheduled.get(request_id, ()))
+                accepted = min(drafted, self.accepted[index] if index < len(self.accepted) else 0)
+                stats.drafts += drafted
+                stats.accepted += accepted
+                end = ends[index] if index < len(ends) else SAMPLED_TOKEN
+                tokens.append([SAMPLED_TOKEN] * accepted + [end])
             result = environment.model_runner_output(
                 req_ids=ids, sampled_token_ids=tokens, kv_connector_output=self.transfers()
             )
@@ -915,6 +1094,18 @@ def machine_class(
             for engine_output in outputs.values():
                 if engine_output.scheduler_stats is not None:
                     stats.hits += engine_output.scheduler_stats.prefix_cache_stats.hits
+            if config.spec_tokens:
+                sampled = [request_id for request_id in ids if samples[request_id]]
+                self.scheduler.update_draft_token_ids(
+                    vllm.draft_token_ids(
+                        sampled,
+                        [
+                            [SAMPLED_TOKEN]
+                            * (self.drafts[index] if index < len(self.drafts) else 0)
+                            for index in range(len(sampled))
+                        ],
+                    )
+                )
             self.forget_finished()
 
         def transfers(self) -> Any:
@@ -928,6 +1119,8 @@ def machine_class(
             connector = self.scheduler.connector
             if connector is None:
                 return None
+            if config.offloading:
+                return self.offload_transfers()
             reports, self.reports = self.reports, []
             sent, self.sent = self.sent, 0
             sending = list(connector.sends)[:sent]
@@ -962,9 +1155,49 @@ def machine_class(
                 invalid_block_ids=invalid,
             )
 
+        def offload_transfers(self) -> Any:
+            """What the CPU offloading connector's workers report: the loads and stores ended.
+
+            As vLLM's worker reports them: a load event's requests in
+            ``finished_recving``, a store event in its worker metadata; the oldest
+            first, as many of each as the last ``offload`` rule said.
+            """
+            ending_loads = [
+                self.load_events.popleft()
+                for _ in range(min(self.loads_ending, len(self.load_events)))
+            ]
+            ending_stores = [
+                self.store_events.popleft()
+                for _ in range(min(self.stores_ending, len(self.store_events)))
+            ]
+            stats.transfers += len(ending_loads) + len(ending_stores)
+            stats.cpu_loads += len(ending_loads)
+            if not (ending_loads or ending_stores):
+                return None
+            return vllm.kv_connector_output(
+                finished_recving={r for _, requests, _, _ in ending_loads for r in requests},
+                kv_connector_worker_meta=(
+                    vllm.offload_worker_metadata(
+                        completed_store_events={event: 1 for event, _, _ in ending_stores}
+                    )
+                    if ending_stores
+                    else None
+                ),
+            )
+
         # Only with a connector: a rule the other machines do not have leaves their
         # draws, and so their derandomized runs, as they were.
-        if config.connector is not None:
+        if config.offloading:
+
+            @rule(loads=st.integers(0, 2), stores=st.integers(0, 2))
+            def offload(self, loads: int, stores: int) -> None:
+                """How many of the oldest loads from CPU, and stores to it, end at each output."""
+                with self.watched():
+                    self.rule_count += 1
+                    self.loads_ending = loads
+                    self.stores_ending = stores
+
+        if config.mock_connector:
 
             @rule(
                 outcomes=st.lists(st.sampled_from(TRANSFER_OUTCOMES), max_size=3),
@@ -976,6 +1209,19 @@ def machine_class(
                     self.rule_count += 1
                     self.reports = list(outcomes)
                     self.sent = sent
+
+        if config.spec_tokens:
+
+            @rule(
+                drafts=st.lists(st.integers(0, config.spec_tokens), max_size=4),
+                accepted=st.lists(st.integers(0, config.spec_tokens), max_size=4),
+            )
+            def speculate(self, drafts: list[int], accepted: list[int]) -> None:
+                """How many drafts the drafter proposes from now on, and the model accepts."""
+                with self.watched():
+                    self.rule_count += 1
+                    self.drafts = list(drafts)
+                    self.accepted = list(accepted)
 
         def forget_finished(self) -> None:
             """Drop the requests vLLM has finished from the live list."""
@@ -993,17 +1239,36 @@ def machine_class(
                 self.scheduler.finish_requests([request_id], aborted)
                 stats.aborts += 1
 
-        # Only once no request is left (vLLM refuses while any block is held), and only
-        # after a few requests: a reset empties the cache the requests' prefixes would hit.
-        @precondition(lambda self: not self.live and self.serial >= self.last_reset + 4)
-        @rule()
-        def reset_prefix_cache(self) -> None:
-            """Reset the prefix cache, as an RLHF weight update does."""
+        def reset(self, connector: bool) -> None:
+            """Reset the prefix cache, and the connector's (``reset_connector``) if asked."""
             with self.watched():
                 self.rule_count += 1
                 self.last_reset = self.serial
-                if self.scheduler.reset_prefix_cache():
+                if self.scheduler.reset_prefix_cache(reset_connector=connector):
                     stats.resets += 1
+
+        # Only once no request is left (vLLM refuses while any block is held), and only
+        # after a few requests: a reset empties the cache the requests' prefixes would hit.
+        can_reset = precondition(lambda self: not self.live and self.serial >= self.last_reset + 4)
+        if config.offloading:
+
+            @can_reset
+            @rule(connector=st.booleans())
+            def reset_prefix_cache(self, connector: bool) -> None:
+                """Reset the prefix cache, as an RLHF weight update does; the CPU's too, or not.
+
+                Reset with the CPU's, the stores in flight are abandoned; without it,
+                the prefixes the CPU pool caches are loaded back from it.
+                """
+                self.reset(connector)
+
+        else:
+
+            @can_reset
+            @rule()
+            def reset_prefix_cache(self) -> None:
+                """Reset the prefix cache, as an RLHF weight update does."""
+                self.reset(connector=False)
 
         @invariant()
         def pool_is_sound(self) -> None:
@@ -1011,8 +1276,49 @@ def machine_class(
             with self.watched():
                 if checks == "all":
                     self.pool.free_block_queue.check_block_pool()
+                    if config.offloading:
+                        self.offloader().cpu_block_pool.free_block_queue.check_block_pool()
                 if checks != "none":
                     self.oracle()
+
+        def offloader(self) -> Any:
+            """The CPU offloading connector's scheduler side (its ``SimpleCPUOffloadScheduler``)."""
+            return self.scheduler.connector.scheduler_manager
+
+        def offload_holders(self) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+            """What the offloading connector holds: in the GPU pool, and in its CPU pool.
+
+            Each load (issued or not, abandoned by a reset or not) holds the GPU blocks
+            it writes into and the CPU blocks it reads; each store (in flight, abandoned,
+            or queued at a request's finish) the GPU blocks it reads and the CPU blocks
+            it writes; a CPU cache hit is pinned from the match until it is allocated.
+            """
+            offloader = self.offloader()
+            gpu, cpu = self.pool.blocks, offloader.cpu_block_pool.blocks
+            copies = [
+                (f"load for {request_id}", state.transfer_meta)
+                for loads in (offloader._reqs_to_load, offloader._abandoned_reqs_to_load)
+                for request_id, state in loads.items()
+            ]
+            copies += [
+                (f"store {event}", transfer)
+                for stores in (
+                    offloader._store_event_to_blocks,
+                    offloader._abandoned_store_event_to_blocks,
+                )
+                for event, transfer in stores.items()
+            ]
+            copies += [
+                (f"store at finish {index}", transfer)
+                for index, transfer in enumerate(offloader._pending_finished_stores)
+            ]
+            on_gpu = [(name, [gpu[i] for i in meta.gpu_block_ids]) for name, meta in copies]
+            on_cpu = [(name, [cpu[i] for i in meta.cpu_block_ids]) for name, meta in copies]
+            on_cpu += [
+                (f"hit pinned for {request_id}", [b for group in groups for b in group])
+                for request_id, (groups, _, _) in offloader._pending_cpu_hits.items()
+            ]
+            return on_gpu, on_cpu
 
         def holders(self) -> list[tuple[str, Sequence[Any]]]:
             """Every list of blocks held: each group's block tables, and the deferred frees."""
@@ -1026,10 +1332,29 @@ def machine_class(
 
         def oracle(self) -> None:
             """The reference counts, the sharing rule, the transfers' blocks: from outside."""
-            problems = holder_problems(self.pool.blocks, self.pool.null_block, self.holders())
-            connector = self.scheduler.connector
-            if connector is not None:
-                problems += transfer_problems(self.pool.blocks, connector.loads, connector.sends)
+            pool = self.pool
+            if config.offloading:
+                on_gpu, on_cpu = self.offload_holders()
+                cpu = self.offloader().cpu_block_pool
+                problems = holder_problems(pool.blocks, pool.null_block, self.holders(), on_gpu)
+                problems += [
+                    f"CPU {problem}"
+                    for problem in holder_problems(cpu.blocks, cpu.null_block, (), on_cpu)
+                ]
+                copies = [
+                    (f"load {event}", gpu_ids, cpu_ids)
+                    for event, _, gpu_ids, cpu_ids in self.load_events
+                ]
+                copies += [
+                    (f"store {event}", gpu_ids, cpu_ids)
+                    for event, gpu_ids, cpu_ids in self.store_events
+                ]
+                problems += offload_problems(pool.blocks, cpu.blocks, copies)
+            else:
+                problems = holder_problems(pool.blocks, pool.null_block, self.holders())
+            if config.mock_connector:
+                connector = self.scheduler.connector
+                problems += transfer_problems(pool.blocks, connector.loads, connector.sends)
             if problems:
                 raise OracleViolation("; ".join(problems[:4]))
 
@@ -1040,44 +1365,70 @@ def machine_class(
                 return
             with self.watched():
                 self.finish_everything()
-                pool = self.pool
-                free = pool.get_num_free_blocks()
-                zero = sum(b.ref_cnt == 0 for b in pool.blocks if b is not pool.null_block)
-                if free != pool.num_gpu_blocks - 1 or zero != free:
-                    raise OracleViolation(
-                        f"at the end: {free} blocks in the free queue and {zero} with ref_cnt 0, "
-                        f"of {pool.num_gpu_blocks - 1}"
+                pools = [("", self.pool)]
+                if config.offloading:
+                    pools.append(("CPU ", self.offloader().cpu_block_pool))
+                for kind, pool in pools:
+                    # Check mode first, as after each rule; then what the outside sees.
+                    if checks == "all":
+                        pool.free_block_queue.check_block_pool()
+                    free = pool.get_num_free_blocks()
+                    zero = sum(b.ref_cnt == 0 for b in pool.blocks if b is not pool.null_block)
+                    if free != pool.num_gpu_blocks - 1 or zero != free:
+                        raise OracleViolation(
+                            f"at the end: {free} {kind}blocks in the free queue and {zero} with "
+                            f"ref_cnt 0, of {pool.num_gpu_blocks - 1}"
+                        )
+                    problems = cache_problems(
+                        pool.blocks, cache_entries(pool), pool.cached_block_hashes_by_block
                     )
-                problems = cache_problems(
-                    pool.blocks, cache_entries(pool), pool.cached_block_hashes_by_block
-                )
-                if problems:
-                    raise OracleViolation("at the end: " + "; ".join(problems[:4]))
-                if checks == "all":
-                    pool.free_block_queue.check_block_pool()
+                    if problems:
+                        raise OracleViolation(
+                            f"at the end: {kind}" + f"; {kind}".join(problems[:4])
+                        )
 
         def finish_everything(self) -> None:
-            """Abort every request, then step until no request and no deferred free is left."""
+            """Abort every request, then step until no request, free or transfer is left."""
             self.scheduler.finish_requests(list(self.scheduler.requests), aborted)
-            connector = self.scheduler.connector
             for _ in range(8):
-                if connector is not None:
-                    # An aborted request's load, and a finished one's send, hold its blocks
-                    # until the transfer ends.
-                    self.reports = ["done"] * len(connector.loads)
-                    self.sent = len(connector.sends)
+                # An aborted request's load, and a finished one's send or store, hold
+                # blocks until the transfer ends.
+                self.end_transfers()
                 while self.in_flight:
                     self.update(())
                 self.forget_finished()
                 if (
                     not self.scheduler.has_unfinished_requests()
                     and not getattr(self.scheduler, "deferred_frees", ())
-                    and not (connector is not None and (connector.loads or connector.sends))
+                    and not self.transfers_left()
                 ):
                     return
                 self.schedule()
 
             raise OracleViolation("at the end: the scheduler did not run dry in 8 steps")
+
+        def end_transfers(self) -> None:
+            """Have the connector's workers end every transfer at the next model output."""
+            connector = self.scheduler.connector
+            if config.mock_connector:
+                self.reports = ["done"] * len(connector.loads)
+                self.sent = len(connector.sends)
+            self.loads_ending = len(self.load_events)
+            self.stores_ending = len(self.store_events)
+
+        def transfers_left(self) -> bool:
+            """Whether the connector holds a transfer, issued or still to issue."""
+            connector = self.scheduler.connector
+            if config.mock_connector:
+                return bool(connector.loads or connector.sends)
+            if config.offloading:
+                offloader = self.offloader()
+                return bool(
+                    offloader.has_pending_stores()
+                    or offloader._reqs_to_load
+                    or offloader._abandoned_reqs_to_load
+                )
+            return False
 
     SchedulerMachine.__name__ = SchedulerMachine.__qualname__ = (
         f"Scheduler_{config.name.replace('-', '_')}_{'checked' if checked else 'shipped'}"
@@ -1308,6 +1659,53 @@ def send_frees_at_finish(vllm: Vllm) -> contextlib.AbstractContextManager[None]:
     return bound(vllm.scheduler_classes[0], {"_connector_finished": _connector_finished})
 
 
+def _offloader_class() -> Any:
+    """vLLM's ``SimpleCPUOffloadScheduler`` (the CPU offloading connector's scheduler side)."""
+    import importlib  # noqa: PLC0415 -- vLLM only where it is installed
+
+    return importlib.import_module("vllm.v1.simple_kv_offload.manager").SimpleCPUOffloadScheduler
+
+
+def reset_releases_stores(vllm: Vllm) -> contextlib.AbstractContextManager[None]:  # noqa: ARG001
+    """A cache reset gives back the blocks of the stores in flight, though their copies go on.
+
+    vLLM's offloader keeps a store's blocks pinned past a reset ("abandoned") until
+    the worker reports the copy ended; released at once, a GPU block the copy still
+    reads is handed to a new request, and a CPU block it still writes into is cached.
+    """
+    offloader = _offloader_class()
+    original = offloader.reset
+
+    def reset(self: Any) -> bool:
+        for transfer in self._store_event_to_blocks.values():
+            self._release_transfer_refs(transfer)
+        self._store_event_to_blocks.clear()
+        return bool(original(self))
+
+    return bound(offloader, {"reset": reset})
+
+
+def store_end_frees_twice(vllm: Vllm) -> contextlib.AbstractContextManager[None]:  # noqa: ARG001
+    """A store's end gives its GPU blocks back twice.
+
+    The end of a store caches the copy on the CPU and frees the GPU blocks it read,
+    and the caller releases the transfer's GPU blocks once more, as the end of an
+    abandoned store does (the double free of vLLM #42571, in the offloader): a block
+    only the store held is queued free with its count below 0.
+    """
+    offloader = _offloader_class()
+    original = offloader._process_store_completion
+
+    def _process_store_completion(
+        self: Any, gpu_block_ids: list[int], cpu_block_ids: list[int], block_meta: Any = None
+    ) -> None:
+        original(self, gpu_block_ids, cpu_block_ids, block_meta)
+        gpu = self._gpu_block_pool
+        gpu.free_blocks(gpu.blocks[block_id] for block_id in gpu_block_ids)
+
+    return bound(offloader, {"_process_store_completion": _process_store_completion})
+
+
 PLANTED: dict[str, Planted] = {
     planted.name: planted
     for planted in (
@@ -1352,6 +1750,18 @@ PLANTED: dict[str, Planted] = {
             "blocks freed while a send to the decode node still reads them",
             "connector-sync",
             send_frees_at_finish,
+        ),
+        Planted(
+            "reset-releases-stores",
+            "CPU offloading: a reset frees blocks a store's copy still uses",
+            "cpu-offload",
+            reset_releases_stores,
+        ),
+        Planted(
+            "store-end-frees-twice",
+            "CPU offloading: a store's GPU blocks freed twice at its end",
+            "cpu-offload",
+            store_end_frees_twice,
         ),
     )
 }
@@ -1404,7 +1814,9 @@ def _print_outcome(label: str, outcome: Outcome) -> None:
         f"{label}: {s.examples} examples, {s.rules} rules, {s.steps} scheduler steps, "
         f"{s.requests} requests ({s.finished} finished, {s.aborts} aborted), "
         f"{s.preemptions} preemptions, {s.hits} prefix-cache hit tokens, {s.resets} cache "
-        f"resets, {s.transfers} connector transfers ended; {outcome.seconds:.1f} s; {found}"
+        f"resets, {s.transfers} connector transfers ended ({s.cpu_loads} loads from CPU), "
+        f"{s.drafts} draft tokens scheduled "
+        f"({s.accepted} accepted); {outcome.seconds:.1f} s; {found}"
     )
 
 
@@ -1450,7 +1862,9 @@ def _fuzz(vllm: Vllm, options: Options) -> int:
             f"  {name}: {total.examples} examples, {total.rules} rules, {total.steps} scheduler "
             f"steps, {total.requests} requests ({total.finished} finished, {total.aborts} "
             f"aborted), {total.preemptions} preemptions, {total.hits} prefix-cache hit tokens, "
-            f"{total.resets} cache resets, {total.transfers} connector transfers ended, "
+            f"{total.resets} cache resets, {total.transfers} connector transfers ended "
+            f"({total.cpu_loads} loads from CPU), "
+            f"{total.drafts} draft tokens scheduled ({total.accepted} accepted), "
             f"{seconds[name]:.0f} s"
         )
     everything = Stats()

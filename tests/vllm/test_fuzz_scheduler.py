@@ -18,6 +18,7 @@ from tests.vllm.fuzz_scheduler import (
     cache_problems,
     holder_problems,
     machine_class,
+    offload_problems,
     parse_arguments,
     prompt_tokens,
 )
@@ -76,6 +77,40 @@ def test_holder_oracle_leaves_the_null_block_alone() -> None:
     blocks = pool_of()
     blocks[0].ref_cnt = -3
     assert holder_problems(blocks, blocks[0], [("r1", [blocks[0], blocks[0]])]) == []
+
+
+def test_holder_oracle_counts_a_transfer_beside_the_table_that_holds_the_block() -> None:
+    """A copy in flight holds its blocks once more, and shares an uncached one legitimately."""
+    blocks = pool_of(2, 1)
+    table = [("r1", [blocks[1]])]
+    copies = [("store 0", [blocks[1], blocks[2]])]
+    assert holder_problems(blocks, blocks[0], table, copies) == []
+    assert holder_problems(blocks, blocks[0], table) == [
+        "block 1: ref_cnt 2, held 1 times",
+        "block 2: ref_cnt 1, held 0 times",
+    ]
+    blocks[2].ref_cnt = 0
+    assert holder_problems(blocks, blocks[0], table, copies) == ["block 2: ref_cnt 0, held 1 times"]
+
+
+def test_offload_check_accepts_copies_whose_blocks_are_held() -> None:
+    """Every GPU and CPU block a load or store in flight copies is held: no problem."""
+    gpu, cpu = pool_of(1, 2), pool_of(1)
+    assert offload_problems(gpu, cpu, [("store 3", [1, 2], [1]), ("load 0", [2], [])]) == []
+    assert offload_problems(gpu, cpu, []) == []
+
+
+def test_offload_check_names_each_block_freed_under_a_copy() -> None:
+    """A GPU block a store still reads, a CPU block it still writes: each named, in its pool."""
+    gpu, cpu = pool_of(0, 1), pool_of(1, 0)
+    assert offload_problems(gpu, cpu, [("store 3", [1, 2], [1, 2])]) == [
+        "GPU block 1: free (ref_cnt 0) while store 3 copies it",
+        "CPU block 2: free (ref_cnt 0) while store 3 copies it",
+    ]
+    gpu[2].ref_cnt = -1
+    assert offload_problems(gpu, cpu, [("load 7", [2], [])]) == [
+        "GPU block 2: free (ref_cnt -1) while load 7 copies it"
+    ]
 
 
 def test_cache_check_accepts_a_coherent_cache() -> None:
@@ -174,7 +209,7 @@ def test_options_refuse_what_cannot_run(argv: list[str]) -> None:
 def test_every_planted_bug_names_a_known_configuration() -> None:
     """Each planted bug runs on one of the machine's configurations."""
     assert {planted.config for planted in PLANTED.values()} <= set(CONFIGS)
-    assert len(PLANTED) == 7
+    assert len(PLANTED) == 9
 
 
 def test_stats_add_sums_the_counts() -> None:
@@ -183,6 +218,9 @@ def test_stats_add_sums_the_counts() -> None:
     total.add(Stats(examples=4, steps=5, requests=6, aborts=1, preemptions=2, hits=3))
     assert (total.examples, total.steps, total.requests) == (5, 7, 9)
     assert (total.aborts, total.preemptions, total.hits) == (1, 2, 3)
+    total.add(Stats(transfers=4, cpu_loads=1, drafts=5, accepted=2))
+    total.add(Stats(transfers=1, cpu_loads=1, drafts=1, accepted=1))
+    assert (total.transfers, total.cpu_loads, total.drafts, total.accepted) == (5, 2, 6, 3)
 
 
 def test_bound_puts_back_what_was_bound_even_when_the_block_raises() -> None:

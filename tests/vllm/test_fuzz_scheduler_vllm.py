@@ -23,7 +23,16 @@ import pytest
 if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("torch") is None:
     pytest.skip("needs the real vLLM and torch: tox -e fuzz-vllm", allow_module_level=True)
 
-from tests.vllm.fuzz_scheduler import PLANTED, OracleViolation, Vllm, load, main, run_planted
+from tests.vllm.fuzz_scheduler import (
+    CONFIGS,
+    PLANTED,
+    OracleViolation,
+    Vllm,
+    load,
+    main,
+    run,
+    run_planted,
+)
 from verified_queue import InvariantViolation
 
 # vLLM and torch warn as they import (deprecations of their own): shown, not errors here.
@@ -45,6 +54,9 @@ EXPECTED: dict[str, tuple[str, int, int]] = {
     # Blocks freed under a load are sound free blocks: only the loads' rule sees them.
     "abort-frees-loading-blocks": ("oracle", 15, 6),
     "send-frees-at-finish": ("oracle", 45, 16),
+    # Blocks given back under a store's copy are sound free blocks too.
+    "reset-releases-stores": ("oracle", 160, 24),
+    "store-end-frees-twice": ("P2", 80, 24),
 }
 
 
@@ -79,6 +91,26 @@ def test_the_fuzzer_finds_the_planted_bug_and_shrinks_it(vllm: Vllm, name: str) 
     assert outcome.stats.first_failure <= budget
     assert outcome.shrunk_length is not None
     assert 1 <= outcome.shrunk_length <= longest
+
+
+@pytest.mark.parametrize(
+    ("name", "examples"),
+    [
+        ("spec-decode", 60),
+        ("hybrid-spec-decode", 60),
+        ("cpu-offload", 100),
+        ("cpu-offload-lazy", 100),
+    ],
+)
+def test_the_configuration_reaches_what_it_is_for(vllm: Vllm, name: str, examples: int) -> None:
+    """Drafts scheduled, some accepted and some not; blocks stored to CPU and loaded back."""
+    outcome = run(vllm, CONFIGS[name], examples, STEPS)
+    assert outcome.error is None, outcome.report
+    stats = outcome.stats
+    if CONFIGS[name].spec_tokens:
+        assert 0 < stats.accepted < stats.drafts
+    else:
+        assert 0 < stats.cpu_loads < stats.transfers
 
 
 @pytest.mark.usefixtures("vllm")  # loaded once for the module, as main() would load it
