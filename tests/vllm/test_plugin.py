@@ -229,7 +229,10 @@ def test_an_unknown_value_is_refused_in_one_line(value: str) -> None:
     message = str(caught.value)
     assert "\n" not in message
     assert repr(value) in message
-    assert "expected off, production, checked or trace" in message
+    assert message == (
+        f"VERIFIED_QUEUE_VLLM={value!r}: expected off, production, checked or trace; "
+        "vLLM left unchanged"
+    )
 
 
 def test_off_imports_nothing_from_vllm_nor_check_mode() -> None:
