@@ -231,8 +231,6 @@ CONFIGS: dict[str, Config] = {
             connector="async",
             load_failure_policy="fail",
         ),
-        # Drafts take slots ahead of the tokens (lookahead blocks), and rejected ones are
-        # given back: the pool sees allocations the accepted tokens never fill.
         # Fewer GPU blocks than the others, more on the CPU: prefixes evicted from the GPU
         # pool while the CPU pool still caches them are loaded back.
         Config(
@@ -250,6 +248,8 @@ CONFIGS: dict[str, Config] = {
             num_blocks=10,
             cpu_blocks=16,
         ),
+        # Drafts take slots ahead of the tokens (lookahead blocks), and rejected ones are
+        # given back: the pool sees allocations the accepted tokens never fill.
         Config("spec-decode", prefix_caching=True, spec_tokens=3),
         Config(
             "hybrid-spec-decode",
@@ -964,7 +964,7 @@ def machine_class(
             #: With CPU offloading: the load events (each with its requests) and the store
             #: events the connector's workers run, oldest first, and how many of the oldest
             #: of each end at each model output from now on (its workers end them in order;
-            #: one of each until an ``offload`` rule says otherwise).
+            #: one load and no store until an ``offload`` rule says otherwise).
             self.load_events: deque[tuple[int, list[str], list[int], list[int]]] = deque()
             self.store_events: deque[tuple[int, list[int], list[int]]] = deque()
             self.loads_ending = 1
@@ -1160,7 +1160,8 @@ def machine_class(
 
             As vLLM's worker reports them: a load event's requests in
             ``finished_recving``, a store event in its worker metadata; the oldest
-            first, as many of each as the last ``offload`` rule said.
+            first, as many of each as the last ``offload`` rule said (one load, no store,
+            before any).
             """
             ending_loads = [
                 self.load_events.popleft()
@@ -1333,10 +1334,10 @@ def machine_class(
         def oracle(self) -> None:
             """The reference counts, the sharing rule, the transfers' blocks: from outside."""
             pool = self.pool
+            on_gpu, on_cpu = self.offload_holders() if config.offloading else ([], [])
+            problems = holder_problems(pool.blocks, pool.null_block, self.holders(), on_gpu)
             if config.offloading:
-                on_gpu, on_cpu = self.offload_holders()
                 cpu = self.offloader().cpu_block_pool
-                problems = holder_problems(pool.blocks, pool.null_block, self.holders(), on_gpu)
                 problems += [
                     f"CPU {problem}"
                     for problem in holder_problems(cpu.blocks, cpu.null_block, (), on_cpu)
@@ -1350,8 +1351,6 @@ def machine_class(
                     for event, gpu_ids, cpu_ids in self.store_events
                 ]
                 problems += offload_problems(pool.blocks, cpu.blocks, copies)
-            else:
-                problems = holder_problems(pool.blocks, pool.null_block, self.holders())
             if config.mock_connector:
                 connector = self.scheduler.connector
                 problems += transfer_problems(pool.blocks, connector.loads, connector.sends)

@@ -112,7 +112,7 @@ def test_a_held_block_joining_is_refused_at_the_start_of_its_operation(
     assert error.found == "1 as it joins the free queue"
     assert error.blocks == (held,)
     assert len(queue) == free
-    assert held not in queue.get_all_free_blocks()
+    assert all(block is not held for block in queue.get_all_free_blocks())
 
 
 LEAVING: dict[str, Callable[[Any, Any], object]] = {
