@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from verified_queue import InvariantViolation
+from verified_queue import Block, InvariantViolation
 from verified_queue.checked import DEFAULT_FULL_CHECK_EVERY, MIN_FULL_CHECK_PERIOD
 from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
 from verified_queue.vllm.pool_checks import FULL_CHECK
@@ -42,7 +42,7 @@ class Pool:
 
     def __init__(self, size: int) -> None:
         self.link = weakref.ref(self)
-        self.blocks = [block_of(index, self.link) for index in range(size)]
+        self.blocks = [StandInBlock(index, self.link) for index in range(size)]
         self.cached_block_hash_to_block = PrefixCache()
 
     def plant_stale_entry(self) -> None:
@@ -50,17 +50,17 @@ class Pool:
         self.cached_block_hash_to_block._cache[b"stale"] = 2
 
 
-def block_of(block_id: int, link: object) -> SimpleNamespace:
-    """A free block with vLLM's fields and links."""
-    return SimpleNamespace(
-        block_id=block_id,
-        ref_cnt=0,
-        pool=link,
-        block_hash=None,
-        is_null=False,
-        prev_free_block=None,
-        next_free_block=None,
-    )
+class StandInBlock(Block):
+    """A free block with vLLM's fields, naming its pool weakly; both builds link it."""
+
+    __slots__ = ("block_id", "ref_cnt", "pool", "block_hash", "is_null")
+
+    def __init__(self, block_id: int, link: object) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.pool = link
+        self.block_hash: bytes | None = None
+        self.is_null = False
 
 
 def pool_queue(
