@@ -41,14 +41,20 @@ pytestmark = pytest.mark.skipif(
     "Block subclasses only (no failing setter); test_interrupts.py covers it with a timer",
 )
 
-#: The frames a fault can land in: the queue's and its undo's (mutmut's renamed copies too).
-CODES: set[CodeType] = code_objects([queue_module, undo_module])
+
+def checkpoint_codes() -> set[CodeType]:
+    """The frames a fault can land in: the queue's and its undo's (mutmut's renamed copies too).
+
+    Read when a test runs, not at import: a mutation run swaps a mutant's code into a
+    function after the suite is collected, and the faults must fire in that code.
+    """
+    return code_objects([queue_module, undo_module])
 
 
 @contextmanager
 def _checkpoints(faults: Faults) -> Iterator[None]:
     """Raise where ``faults`` says at the checkpoints of the queue's and the undo's frames."""
-    with at_checkpoints(faults, CODES):
+    with at_checkpoints(faults, checkpoint_codes()):
         yield
 
 
@@ -301,7 +307,7 @@ def test_an_undo_finishes_whatever_arrives_inside_it_and_returns_the_last(
             except Interrupted as escaped:
                 # Only the undo's frames are traced (not this test's lambda): a fault that
                 # gets here arrived inside the undo, and escaped it.
-                hole = uncovered_back_edge(escaped, CODES)
+                hole = uncovered_back_edge(escaped, checkpoint_codes())
                 at = "" if hole is None else f" at {hole}, a back edge no handler covers"
                 problems.append(f"{escaped!r} escaped the undo{at}")
             else:
