@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-import re
 import weakref
 
 import pytest
@@ -32,7 +31,6 @@ def test_a_blocks_repr_names_its_own_class_and_its_own_address() -> None:
     block, other = Block(), PlainBlock()
     assert repr(block) == f"<Block at {id(block):#x}, detached>"
     assert repr(other) == f"<PlainBlock at {id(other):#x}, detached>"
-    assert re.fullmatch(r"<Block at 0x[0-9a-f]+, detached>", repr(block))
     # Two live blocks never share a repr: each names its own address.
     assert repr(Block()) != repr(block)
 

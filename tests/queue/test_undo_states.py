@@ -10,12 +10,13 @@ runs them too; a test that needs a link setter of its own runs on the pure build
 
 from __future__ import annotations
 
-from itertools import pairwise
 from typing import Any
 
 import pytest
 
 import verified_queue
+from specs.interrupts import Faults, Interrupted, at_checkpoints, code_objects
+from specs.world import Snapshot, World, link_between
 from verified_queue import Block
 from verified_queue import _undo as undo
 from verified_queue.block import Sentinel
@@ -39,28 +40,13 @@ class LookupRaises:
         raise KeyError(name)
 
 
-def _chain(head: Block, blocks: list[Block], tail: Block) -> None:
-    """Link ``head, *blocks, tail`` both ways, as a queue holds them."""
-    nodes = [head, *blocks, tail]
-    for before, after in pairwise(nodes):
-        before.next_free_block = after
-        after.prev_free_block = before
-
-
-def _links(nodes: list[Block]) -> list[tuple[Block | None, Block | None]]:
-    """Each node's (back link, forward link), by identity through ``is`` comparisons below."""
-    return [(node.prev_free_block, node.next_free_block) for node in nodes]
-
-
-def _same_links(nodes: list[Block], expected: list[tuple[Block | None, Block | None]]) -> bool:
-    """Whether every node's two links are the very objects ``expected`` names."""
-    return all(
-        node.prev_free_block is prev and node.next_free_block is nxt
-        for node, (prev, nxt) in zip(nodes, expected, strict=True)
-    )
+def _links(nodes: list[Block]) -> Snapshot:
+    """Every link of ``nodes``; two are equal when each link is the very same object."""
+    return World(nodes, []).snapshot()
 
 
 def _detached(blocks: list[Block]) -> bool:
+    """Whether every one of ``blocks`` has both links None."""
     return all(b.prev_free_block is None and b.next_free_block is None for b in blocks)
 
 
@@ -128,25 +114,26 @@ def test_unstage_detaches_every_staged_block_and_frees_the_outer_link() -> None:
     """unstage(staging, last) detaches ``staging.next .. last``; the outer link is None again."""
     head, tail = Sentinel("head"), Sentinel("tail")
     queued = [Block(), Block()]
-    _chain(head, queued, tail)
+    link_between(head, queued, tail)
     before = _links([head, *queued, tail])
     staged = [Block(), Block(), Block()]
     _stage(tail, staged)
     undo.unstage(tail, staged[-1])
     assert _detached(staged)
     assert tail.next_free_block is None
-    assert _same_links([head, *queued, tail], before)
+    assert _links([head, *queued, tail]) == before
 
 
 def test_unstage_with_nothing_staged_only_frees_the_outer_link() -> None:
     """With ``last`` the staging block itself, unstage sets the outer link None, nothing else."""
     head, tail = Sentinel("head"), Sentinel("tail")
     queued = [Block()]
-    _chain(head, queued, tail)
+    link_between(head, queued, tail)
     undo.unstage(tail, tail)
     assert tail.next_free_block is None
     assert tail.prev_free_block is queued[0]
-    assert _same_links(queued, [(head, tail)])
+    assert queued[0].prev_free_block is head
+    assert queued[0].next_free_block is tail
 
 
 # --- finish_unstage ----------------------------------------------------------------------
@@ -160,7 +147,7 @@ def _queue_with_staged(staged_count: int, batch_tail: list[Any]) -> tuple[Any, .
     """
     head, tail = Sentinel("head"), Sentinel("tail")
     queued = [Block(), Block()]
-    _chain(head, queued, tail)
+    link_between(head, queued, tail)
     staged = [Block() for _ in range(staged_count)]
     _stage(tail, staged)
     rest = [Block() if item is None else item for item in batch_tail]
@@ -178,13 +165,13 @@ def test_finish_unstage_detaches_the_staged_prefix_and_returns_what_arrived(
     """
     head, tail, queued, staged, batch = _queue_with_staged(staged_count, [])
     batch += [queued[0], Block()]
-    before = _links([head, *queued, tail])
+    before = _links([head, *queued])
     arrived = Arrived("cut")
     assert undo.finish_unstage(batch, tail, arrived) is arrived
     assert _detached(staged)
     assert _detached([batch[-1]])
     assert tail.next_free_block is None
-    assert _same_links([head, *queued], before[:-1])
+    assert _links([head, *queued]) == before
     assert tail.prev_free_block is queued[-1]
 
 
@@ -195,7 +182,7 @@ def test_finish_unstage_with_nothing_staged_leaves_a_refused_first_block_linked(
     before = _links([head, *queued, tail])
     arrived = Arrived("cut")
     assert undo.finish_unstage(batch, tail, arrived) is arrived
-    assert _same_links([head, *queued, tail], before)
+    assert _links([head, *queued, tail]) == before
     assert _detached(batch[1:])
 
 
@@ -207,7 +194,7 @@ def test_finish_unstage_with_the_whole_batch_staged_detaches_it_all() -> None:
     assert undo.finish_unstage(batch, tail, arrived) is arrived
     assert _detached(staged)
     assert tail.next_free_block is None
-    assert _same_links([head, *queued], before)
+    assert _links([head, *queued]) == before
 
 
 def test_finish_unstage_stops_at_an_item_it_cannot_link() -> None:
@@ -262,7 +249,7 @@ def _taken(count: int, taken: int) -> tuple[Any, ...]:
     """
     head, tail = Sentinel("head"), Sentinel("tail")
     blocks = [Block() for _ in range(6)]
-    _chain(head, blocks, tail)
+    link_between(head, blocks, tail)
     before = _links([head, *blocks, tail])
     popped: list[Block | None] = [None] * count
     for index in range(taken):
@@ -276,16 +263,16 @@ def test_relink_taken_puts_the_taken_blocks_back_and_returns_none(count: int, ta
     """Every taken block is linked back where it was; nothing arrived, so it returns None."""
     head, tail, blocks, popped, following, before = _taken(count, taken)
     assert undo.relink_taken(head, popped, following) is None
-    assert _same_links([head, *blocks, tail], before)
+    assert _links([head, *blocks, tail]) == before
 
 
 def test_relink_taken_with_nothing_taken_writes_nothing() -> None:
     """Cut before the first block was taken: every slot is None, and no link changes."""
     head, tail, blocks, popped, following, before = _taken(4, 0)
     assert undo.relink_taken(head, popped, following) is None
-    assert _same_links([head, *blocks, tail], before)
+    assert _links([head, *blocks, tail]) == before
     assert undo.relink_taken(head, [], None) is None
-    assert _same_links([head, *blocks, tail], before)
+    assert _links([head, *blocks, tail]) == before
 
 
 def test_relink_taken_follows_the_last_blocks_own_link_when_it_still_has_one() -> None:
@@ -297,7 +284,7 @@ def test_relink_taken_follows_the_last_blocks_own_link_when_it_still_has_one() -
     head, tail, blocks, popped, _, before = _taken(4, 2)
     popped[2] = blocks[2]  # filled; its links not yet read nor cleared
     assert undo.relink_taken(head, popped, blocks[2]) is None
-    assert _same_links([head, *blocks, tail], before)
+    assert _links([head, *blocks, tail]) == before
 
 
 def test_relink_taken_restores_the_first_kept_blocks_back_link() -> None:
@@ -310,7 +297,7 @@ def test_relink_taken_restores_the_first_kept_blocks_back_link() -> None:
     head, tail, blocks, popped, following, before = _taken(3, 3)
     following.prev_free_block = head
     assert undo.relink_taken(head, popped, following) is None
-    assert _same_links([head, *blocks, tail], before)
+    assert _links([head, *blocks, tail]) == before
 
 
 def test_relink_taken_of_a_run_that_ran_off_the_chain_writes_no_successor() -> None:
@@ -321,14 +308,14 @@ def test_relink_taken_of_a_run_that_ran_off_the_chain_writes_no_successor() -> N
     """
     head, tail = Sentinel("head"), Sentinel("tail")
     blocks = [Block(), Block()]
-    _chain(head, blocks, tail)
+    link_between(head, blocks, tail)
     before = _links([head, *blocks, tail])
     taken: list[Block] = [blocks[0], blocks[1], tail]
     popped: list[Any] = [*taken, None]
     for node in taken:
         node.prev_free_block = node.next_free_block = None
     assert undo.relink_taken(head, popped, None) is None
-    assert _same_links([head, *blocks, tail], before)
+    assert _links([head, *blocks, tail]) == before
 
 
 # --- through the queue, with a link setter that writes and then raises ------------------------
@@ -410,7 +397,7 @@ def _undo_states() -> dict[str, Any]:
 
             def check(returned: object, expected: object) -> bool:
                 nodes = [head, *blocks, tail]
-                return returned is expected and _same_links(nodes, before)
+                return returned is expected and _links(nodes) == before
 
             return (lambda: undo.relink_taken(head, popped, following)), check
 
@@ -427,7 +414,7 @@ def _undo_states() -> dict[str, Any]:
                     returned is (cut if expected is None else expected)
                     and _detached(batch)
                     and tail.next_free_block is None
-                    and _same_links([head, *queued], before)
+                    and _links([head, *queued]) == before
                 )
 
             return (lambda: undo.finish_unstage(batch, tail, cut)), check
@@ -453,8 +440,6 @@ def test_an_undo_returns_the_last_of_two_exceptions_that_arrive_inside_it(state:
     link to write and must still return what arrived. The code objects traced are read
     from the module when the test runs, so the undo's code is traced as it is then.
     """
-    from specs.interrupts import Faults, Interrupted, at_checkpoints, code_objects  # noqa: PLC0415 -- the specs are not shipped
-
     codes = code_objects([undo])
     build = _undo_states()[state]
     counting = Faults()
