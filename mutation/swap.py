@@ -44,6 +44,7 @@ import inspect
 import json
 import os
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -69,6 +70,8 @@ SEPARATOR = "ǁ"
 #: past 2 s plus 5 times its traced time is a mutant that spins (the pool's repair loops).
 LIMIT_FLOOR = 2.0
 LIMIT_FACTOR = 5.0
+#: How many of the tests that killed a function's mutants its next mutants try first.
+KILLERS_KEPT = 3
 #: A child's exit code read as mutmut reads it (36: the per-test CPU limit of selection.py).
 STATUS = {0: "survived", 1: "killed", 36: "timeout", 5: "no tests"}
 
@@ -364,6 +367,12 @@ class MutantLoop:
     (``tests``, by mutant name), fastest first, through pytest's own run protocol, stopping
     at the first failure. No child starts pytest again: collecting the tests of a
     much-called function took longer than most mutants' tests do.
+
+    A child that fails a test tells the parent which, through a pipe, and the next mutants
+    of the same function run the tests that killed its earlier mutants first (the last
+    ``KILLERS_KEPT``, latest first), then the rest fastest first: most mutants of a function
+    fall to the test that felled its others, and under fastest-first alone a mutant that
+    only a slow test catches ran every faster test of its function before it.
     """
 
     def __init__(
@@ -381,18 +390,35 @@ class MutantLoop:
         self.out = out
         self.found: dict[str, str] = {}
         self.seconds: dict[str, float] = {}
-        self.failed = False
+        self.failed: str | None = None
+        #: By function key: the node ids of the tests that killed its mutants, latest first.
+        self.killers: dict[str, list[str]] = {}
 
     def cost(self, mutant: Mutant) -> float:
         """The CPU seconds of the mutant's tests, in the call map's run."""
         return sum(self.cpu.get(test, 0.0) for test in self.tests.get(mutant.name, ()))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.failed:
-            self.failed = True
+        if report.failed and self.failed is None:
+            self.failed = report.nodeid
 
-    def _child(self, mutant: Mutant, items: list[pytest.Item], limit: int) -> int:
-        """In the forked child: swap the mutant in, run its tests; pytest's exit code."""
+    def order(self, mutant: Mutant, items: list[pytest.Item]) -> list[pytest.Item]:
+        """``items`` (fastest first) with the tests that killed ``mutant``'s function's
+        earlier mutants moved to the front, latest killer first."""
+        known = self.killers.get(mutant.key, [])
+        first = [item for killer in known for item in items if item.nodeid == killer]
+        return first + [item for item in items if item.nodeid not in known]
+
+    def learn(self, mutant: Mutant, killer: str) -> None:
+        """Remember that ``killer`` failed under ``mutant``."""
+        known = [test for test in self.killers.get(mutant.key, []) if test != killer]
+        self.killers[mutant.key] = [killer, *known][:KILLERS_KEPT]
+
+    def _child(self, mutant: Mutant, items: list[pytest.Item], limit: int, report: int) -> int:
+        """In the forked child: swap the mutant in, run its tests; pytest's exit code.
+
+        The node id of the test that failed, if one did, is written to the pipe ``report``.
+        """
         _quiet_child(items[0].config)
         os.environ["MUTANT_UNDER_TEST"] = mutant.name  # selection.py: each test's CPU limit
         soft = limit + int(time.process_time())
@@ -406,7 +432,8 @@ class MutantLoop:
         for index, item in enumerate(items):
             following = items[index + 1] if index + 1 < len(items) else None
             item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
-            if self.failed:
+            if self.failed is not None:
+                os.write(report, self.failed.encode("utf-8", "replace")[: select.PIPE_BUF])
                 return int(pytest.ExitCode.TESTS_FAILED)
         return int(pytest.ExitCode.OK)
 
@@ -420,13 +447,18 @@ class MutantLoop:
         by_id = {item.nodeid: item for item in session.items}
         order = {item.nodeid: place for place, item in enumerate(session.items)}
         self.mutants.sort(key=self.cost)
-        running: dict[int, tuple[Mutant, float]] = {}
+        # By child: its mutant, when it started, and the pipe it names its killing test in.
+        running: dict[int, tuple[Mutant, float, int]] = {}
         start = time.monotonic()
 
         def reap() -> None:
             pid, status = os.wait()
-            mutant, began = running.pop(pid)
+            mutant, began, report = running.pop(pid)
+            with os.fdopen(report, "rb") as pipe:
+                killer = pipe.read().decode("utf-8", "replace")
             self.found[mutant.name] = status_of(os.waitstatus_to_exitcode(status))
+            if killer and self.found[mutant.name] == "killed":
+                self.learn(mutant, killer)
             self.seconds[mutant.name] = round(time.monotonic() - began, 3)
             done = len(self.found)
             if done % 100 == 0 or done == len(self.mutants):
@@ -444,21 +476,25 @@ class MutantLoop:
             if not items:
                 self.found[mutant.name] = "no tests"
                 continue
+            while len(running) >= self.children:
+                reap()  # first: the killers a child just named reorder this mutant's tests
             # Fastest first; pytest's order among equals (which keeps fixtures grouped).
             items.sort(key=lambda item: (self.cpu.get(item.nodeid, 0.0), order[item.nodeid]))
-            while len(running) >= self.children:
-                reap()
+            items = self.order(mutant, items)
             limit = int(30 + 10 * self.cost(mutant))
             sys.stdout.flush()
             sys.stderr.flush()
+            report, reporting = os.pipe()
             pid = os.fork()
             if pid == 0:
                 code = 3
                 try:
-                    code = self._child(mutant, items, limit)
+                    os.close(report)
+                    code = self._child(mutant, items, limit, reporting)
                 finally:
                     os._exit(code)
-            running[pid] = (mutant, time.monotonic())
+            os.close(reporting)
+            running[pid] = (mutant, time.monotonic(), report)
         while running:
             reap()
         self.write()

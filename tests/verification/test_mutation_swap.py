@@ -212,3 +212,65 @@ def test_the_loop_runs_each_mutant_against_its_own_tests_only(tmp_path: Path) ->
     assert set(written["seconds"]) == set(found) - {
         "verified_queue._switch.x__run_as_command__mutmut_1"
     }
+
+
+def test_a_functions_next_mutants_run_the_test_that_killed_its_last_first(tmp_path: Path) -> None:
+    """The child names the test that killed its mutant; the next mutant of that function runs
+    it before the faster tests that did not, and a mutant of another function does not."""
+    ran = tmp_path / "ran.txt"
+    tests = tmp_path / "test_probe.py"
+    tests.write_text(
+        textwrap.dedent(
+            f"""
+            from pathlib import Path
+            from verified_queue._switch import read_check_level
+
+            def note(name):
+                with Path({str(ran)!r}).open("a") as log:
+                    log.write(name + "\\n")
+
+            def test_fast_and_blind():
+                note("blind")
+
+            def test_slow_and_sharp():
+                note("sharp")
+                assert read_check_level({{}}) == "off"
+            """
+        ),
+        encoding="utf-8",
+    )
+    out = run_child(
+        f"""
+        import json, pytest
+        from pathlib import Path
+        from swap import Mutant, MutantLoop
+
+        def mutant(function, number):
+            name = f"x_{{function}}__mutmut_{{number}}"
+            source = f"def {{name}}(environ=None):\\n    return 'on'\\n"
+            return Mutant(f"verified_queue._switch.{{name}}", "verified_queue._switch", None,
+                          function, source)
+
+        first, second = mutant("read_check_level", 1), mutant("read_check_level", 2)
+        other = mutant("_run_as_command", 1)
+        blind, sharp = "test_probe.py::test_fast_and_blind", "test_probe.py::test_slow_and_sharp"
+        tests = {{m.name: [sharp, blind] for m in (first, second, other)}}
+        cpu = {{blind: 0.01, sharp: 0.02}}
+        loop = MutantLoop([first, second, other], tests, cpu, 1, None)
+        options = ["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}]
+        pytest.main([*options, {str(tests)!r}], plugins=[loop])
+        print(json.dumps([loop.found, loop.killers], sort_keys=True))
+        """
+    )
+    found, killers = json.loads(out.strip().splitlines()[-1])
+    assert found == {
+        "verified_queue._switch.x_read_check_level__mutmut_1": "killed",
+        "verified_queue._switch.x_read_check_level__mutmut_2": "killed",
+        "verified_queue._switch.x__run_as_command__mutmut_1": "survived",
+    }
+    assert killers == {
+        "verified_queue._switch:read_check_level": ["test_probe.py::test_slow_and_sharp"]
+    }
+    # The first mutant fastest first; the second its function's killer alone; the third,
+    # of a function no test has killed yet, fastest first again.
+    assert ran.read_text(encoding="utf-8").split() == ["blind", "sharp", "sharp", "blind", "sharp"]
