@@ -204,7 +204,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         try:
             super().__init__(blocks, full_check_every=full_check_every)
         except QueueError as error:
-            self._explain(error, "__init__", caller, (), freeing=True)
+            self._explain(error, "__init__", caller, ())
             raise
         self._records.members = self._members
         _all_records[next(_registrations)] = self._records
@@ -633,7 +633,7 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
             freed = history.linked if history is not None else None
             if self._is_member(block):
                 lines.append("taken since: never, the block is still in this queue")
-            elif taken is not None and (freed is None or (taken.number or 0) > (freed.number or 0)):
+            elif taken is not None and (freed is None or taken.number > freed.number):  # type: ignore[operator]  # recorded ones are numbered
                 lines.append(f"taken since by: {taken}")
             else:
                 lines.append("taken since: not recorded")
