@@ -248,8 +248,8 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "trace",
         _TRACED,
         "TracedFreeBlockQueue._block_lines",
-        "(taken.number or 0) > (freed.number or 0)):",
-        "(taken.number or 0) < (freed.number or 0)):",
+        "(freed is None or taken.number > freed.number):",
+        "(freed is None or taken.number < freed.number):",
         "a double free's 'taken since by' line compares the two operations' numbers the wrong "
         "way round",
     ),
