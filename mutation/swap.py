@@ -395,6 +395,8 @@ class MutantLoop:
         self.failed: str | None = None
         #: By function key: the node ids of the tests that killed its mutants, latest first.
         self.killers: dict[str, list[str]] = {}
+        #: By mutant: the node id of the test that killed it.
+        self.killed_by: dict[str, str] = {}
 
     def cost(self, mutant: Mutant) -> float:
         """The CPU seconds of the mutant's tests, in the call map's run."""
@@ -460,6 +462,7 @@ class MutantLoop:
                 killer = pipe.read().decode("utf-8", "replace")
             self.found[mutant.name] = status_of(os.waitstatus_to_exitcode(status))
             if killer and self.found[mutant.name] == "killed":
+                self.killed_by[mutant.name] = killer
                 self.learn(mutant, killer)
             self.seconds[mutant.name] = round(time.monotonic() - began, 3)
             done = len(self.found)
@@ -505,7 +508,7 @@ class MutantLoop:
     def write(self) -> None:
         """Each mutant's status and wall seconds so far, for a run stopped part-way."""
         if self.out is not None:
-            data = {"found": self.found, "seconds": self.seconds}
+            data = {"found": self.found, "seconds": self.seconds, "killed_by": self.killed_by}
             self.out.write_text(json.dumps(data, indent=0, sort_keys=True), encoding="utf-8")
 
 

@@ -208,6 +208,10 @@ def test_the_loop_runs_each_mutant_against_its_own_tests_only(tmp_path: Path) ->
     }
     written = json.loads((tmp_path / "found.json").read_text(encoding="utf-8"))
     assert written["found"] == found
+    # The test that failed, for the killed mutant alone.
+    assert written["killed_by"] == {
+        "verified_queue._switch.x_read_check_level__mutmut_1": "test_probe.py::test_default_is_off"
+    }
     # Seconds for the mutants that ran; none for the one no test reaches.
     assert set(written["seconds"]) == set(found) - {
         "verified_queue._switch.x__run_as_command__mutmut_1"
