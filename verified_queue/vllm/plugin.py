@@ -318,7 +318,8 @@ class _Installation:
         originals = {
             name: original
             for module, name, original in reversed(self.replaced)
-            if module.__name__ == KV_CACHE_UTILS
+            # A module whose __name__ outside code deleted is not kv_cache_utils (nor fails).
+            if vars(module).get("__name__") == KV_CACHE_UTILS
         }
         ours = {QUEUE_NAME: self.queue, BLOCK_NAME: self.block}
         for module in loaded_vllm_modules():
