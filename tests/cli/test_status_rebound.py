@@ -20,22 +20,22 @@ from verified_queue.queue import FreeBlockQueue
 from verified_queue.vllm.plugin import _Installation
 
 
-class _Ours(FreeBlockQueue[Block]):
+class OurQueue(FreeBlockQueue[Block]):
     """The installation's queue class here: no other module of the process holds it."""
 
     __slots__ = ()
 
 
 #: vLLM's queue class as the plugin recognises it: defined in ``kv_cache_utils``.
-_VLLMS = type("FreeKVCacheBlockQueue", (), {"__module__": "vllm.v1.core.kv_cache_utils"})
+VLLMS_QUEUE = type("FreeKVCacheBlockQueue", (), {"__module__": "vllm.v1.core.kv_cache_utils"})
 
-OURS = f"{_Ours.__module__}.{_Ours.__qualname__}"
+OURS = f"{OurQueue.__module__}.{OurQueue.__qualname__}"
 
 
 def _binding_vllms(name: str) -> types.ModuleType:
     """A module ``name`` that binds vLLM's queue class, as the plugin finds one to rebind."""
     module = types.ModuleType(name)
-    setattr(module, _status.QUEUE_NAME, _VLLMS)
+    setattr(module, _status.QUEUE_NAME, VLLMS_QUEUE)
     return module
 
 
@@ -43,11 +43,11 @@ def test_a_loaded_vllm_module_without_a_name_is_listed_with_a_question_mark(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A loaded vLLM module that lost its name and imported our class is listed as ``?``."""
-    installation = _Installation("production", _Ours, None)
+    installation = _Installation("production", OurQueue, None)
     named = types.ModuleType("vllm.v1.core.named")
-    setattr(named, _status.QUEUE_NAME, _Ours)
+    setattr(named, _status.QUEUE_NAME, OurQueue)
     nameless = types.ModuleType("vllm.v1.core.nameless")
-    setattr(nameless, _status.QUEUE_NAME, _Ours)
+    setattr(nameless, _status.QUEUE_NAME, OurQueue)
     delattr(nameless, "__name__")
     monkeypatch.setitem(sys.modules, "vllm.v1.core.named", named)
     monkeypatch.setitem(sys.modules, "vllm.v1.core.nameless", nameless)
@@ -59,7 +59,7 @@ def test_a_loaded_vllm_module_without_a_name_is_listed_with_a_question_mark(
 
 def test_a_rebound_module_that_lost_its_name_since_is_listed_with_a_question_mark() -> None:
     """A module the plugin rebound, since nameless and out of sys.modules, is listed as ``?``."""
-    installation = _Installation("production", _Ours, None)
+    installation = _Installation("production", OurQueue, None)
     module = _binding_vllms("vllm.v1.core.gone")
     assert installation.rebind(module)
     delattr(module, "__name__")
@@ -87,8 +87,8 @@ class _Proxy:
 
 def test_a_rebound_module_like_object_without_a_namespace_since_holds_no_name() -> None:
     """A rebound object whose namespace went away since is left out, and the status still reads."""
-    installation = _Installation("production", _Ours, None)
-    proxy = _Proxy({_status.QUEUE_NAME: _VLLMS})
+    installation = _Installation("production", OurQueue, None)
+    proxy = _Proxy({_status.QUEUE_NAME: VLLMS_QUEUE})
     assert installation.rebind(cast(types.ModuleType, proxy))
     kept = _binding_vllms("vllm.v1.core.kept")
     assert installation.rebind(kept)

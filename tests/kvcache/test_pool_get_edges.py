@@ -20,9 +20,6 @@ from verified_queue.kvcache import pool as pool_module
 from verified_queue.kvcache.keys import hash_request_tokens
 from verified_queue.kvcache.pool import BlockPool
 
-#: The frames an interrupt lands in here: the pool's and its repairs', interpreted on both builds.
-CODES = code_objects([pool_module, repair_module])
-
 #: What get_new_blocks(6) takes from the pool of _cached_front, front first.
 TAKEN = [4, 5, 6, 7, 3, 2]
 
@@ -45,6 +42,9 @@ def _state(pool: BlockPool) -> tuple[object, ...]:
 @pytest.mark.parametrize("burst", [2, 3])
 def test_a_burst_of_interrupts_from_each_checkpoint_leaves_the_pool_as_before(burst: int) -> None:
     """Interrupted at any checkpoint and at the next ones, get_new_blocks raises, all undone."""
+    # The pool's and its repairs' frames, read when the test runs, not at import: a mutation
+    # run swaps a mutant's code in after import.
+    codes = code_objects([pool_module, repair_module])
     at = 1
     while True:
         pool = _cached_front()
@@ -52,7 +52,7 @@ def test_a_burst_of_interrupts_from_each_checkpoint_leaves_the_pool_as_before(bu
         faults = Faults(frozenset(range(at, at + burst)))
         arrived: Interrupted | None = None
         try:
-            with at_checkpoints(faults, CODES):
+            with at_checkpoints(faults, codes):
                 taken = pool.get_new_blocks(6)  # evicting the keys of 3 and 2
         except Interrupted as error:
             arrived = error

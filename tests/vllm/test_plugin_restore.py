@@ -10,32 +10,21 @@ from __future__ import annotations
 
 import types
 
-from verified_queue import Block
+from tests.cli.test_status_rebound import VLLMS_QUEUE, OurQueue
 from verified_queue._status import QUEUE_NAME
-from verified_queue.queue import FreeBlockQueue
 from verified_queue.vllm.plugin import _Installation
-
-
-class _Ours(FreeBlockQueue[Block]):
-    """The installation's queue class here: no other module of the process holds it."""
-
-    __slots__ = ()
-
-
-#: vLLM's queue class as the plugin recognises it: defined in ``kv_cache_utils``.
-_VLLMS = type("FreeKVCacheBlockQueue", (), {"__module__": "vllm.v1.core.kv_cache_utils"})
 
 
 def test_restore_puts_vllms_class_back_in_a_module_that_lost_its_name() -> None:
     """A rebound module that lost ``__name__`` gets vLLM's class back, and restore finishes."""
-    installation = _Installation("production", _Ours, None)
+    installation = _Installation("production", OurQueue, None)
     named = types.ModuleType("vllm.v1.core.named")
     nameless = types.ModuleType("vllm.v1.core.nameless")
     for module in (nameless, named):
-        setattr(module, QUEUE_NAME, _VLLMS)
+        setattr(module, QUEUE_NAME, VLLMS_QUEUE)
         assert installation.rebind(module)
-        assert getattr(module, QUEUE_NAME) is _Ours
+        assert getattr(module, QUEUE_NAME) is OurQueue
     delattr(nameless, "__name__")
     installation.restore()
-    assert getattr(nameless, QUEUE_NAME) is _VLLMS
-    assert getattr(named, QUEUE_NAME) is _VLLMS
+    assert getattr(nameless, QUEUE_NAME) is VLLMS_QUEUE
+    assert getattr(named, QUEUE_NAME) is VLLMS_QUEUE
