@@ -9,11 +9,16 @@ counterpart is :mod:`verified_queue.vllm.traced`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any, Final, SupportsIndex
 
 # _NEVER: check mode's countdown when the period is off, the pool's too (one definition).
+from verified_queue import _diagnosis
+from verified_queue._messages import batch_argument
+from verified_queue.block import COMPILED, Block
 from verified_queue.checked import _NEVER, MIN_FULL_CHECK_PERIOD, CheckedFreeBlockQueue
+from verified_queue.errors import QueueError
 from verified_queue.queue import FreeBlockQueue
 from verified_queue.vllm.pool_checks import (
     FULL_CHECK,
@@ -21,6 +26,7 @@ from verified_queue.vllm.pool_checks import (
     check_moving,
     pool_link_of,
 )
+from verified_queue.vllm.pool_membership import PoolMembership
 
 __all__ = ["VllmCheckedFreeBlockQueue"]
 
@@ -65,6 +71,18 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     ``full_check_every`` unlinks (``None``: ``max(1000, blocks of the pool)``)
     and on :meth:`check_block_pool`.
 
+    **The membership.** On a pool's free queue check mode's membership is the
+    pool's blocks whose links are set
+    (:class:`~verified_queue.vllm.pool_membership.PoolMembership`), not a dict
+    every link and unlink updates. Each of the six linking
+    operations first tests, in one pass over the blocks it moves and their
+    neighbours, everything check mode and the pool's clauses would test of a
+    healthy queue; when every test passes it links, and when one fails it runs
+    check mode's operation, which names the fault or does what the caller's
+    error calls for, exactly as before. What this view cannot see at once, and
+    when it is caught, :mod:`verified_queue.vllm.pool_membership` says; ``len``
+    and iteration read it in O(blocks of the pool).
+
     **The counter.**
 
     vLLM's queue keeps ``num_free_blocks`` as a plain counter beside its list,
@@ -89,6 +107,9 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     # Unlinks left until the next full check of the pool, in place (as check mode's countdown).
     _until_pool_check: list[int]
 
+    # Each linking operation below: on a pool's queue, the one-pass test of the healthy case
+    # (see "The membership"), then the production operation; anything else, check mode's.
+
     def __init__(self, blocks: Iterable[Any] = (), *, full_check_every: int | None = None) -> None:
         """Link ``blocks`` as :class:`CheckedFreeBlockQueue` does, with no offset.
 
@@ -97,6 +118,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         """
         start_pool_checks(self, blocks)
         super().__init__(blocks, full_check_every=full_check_every)
+        read_membership_from_pool(self, blocks)
 
     # The linking operations: the pool's clauses for each block that moves, checked before
     # check mode's own operation changes anything; vLLM's queue's __init__ links with append_n.
@@ -106,6 +128,17 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(1), plus the amortized O(1) checks of the queue and the pool
         """
+        count = _front_run_count(self, 1)
+        if count >= 0:
+            try:
+                block = self._super_popleft()
+                _front_after(self, count - 1, "the end of popleft()")
+            except QueueError:
+                raise
+            except Exception as error:
+                # Damage outside code did (see verified_queue.checked): never a raw error.
+                raise _diagnosis.damaged(self, "popleft()", error) from error
+            return block
         if self._pool_link is not None:
             before_unlink(self, 1, "the start of popleft()")
         return _checked_popleft(self)
@@ -115,6 +148,18 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(n), plus the amortized O(1) checks of the queue and the pool
         """
+        taking = n if type(n) is int else -1
+        count = _front_run_count(self, taking) if taking >= 0 else -1
+        if count >= 0:
+            try:
+                popped: list[Any] = self._super_popleft_n(taking)
+                _front_after(self, count - taking, "the end of popleft_n()")
+            except QueueError:
+                raise
+            except Exception as error:
+                # Damage outside code did (see verified_queue.checked): never a raw error.
+                raise _diagnosis.damaged(self, "popleft_n()", error) from error
+            return popped
         if self._pool_link is not None:
             before_unlink(self, n, "the start of popleft_n()")
         return _checked_popleft_n(self, n)
@@ -124,6 +169,20 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(1), plus the amortized O(1) checks of the queue and the pool
         """
+        count = _removal_count(self, block)
+        if count >= 0:
+            before = block.prev_free_block
+            after = block.next_free_block
+            try:
+                self._super_remove(block)
+                _diagnosis.expect_joined(self, before, after, "the end of remove()")
+                _count_after(self, count - 1, "the end of remove()")
+            except QueueError:
+                raise
+            except Exception as error:
+                # Damage outside code did (see verified_queue.checked): never a raw error.
+                raise _diagnosis.damaged(self, "remove()", error) from error
+            return
         if self._pool_link is not None:
             before_unlink(self, block, "the start of remove()")
         _checked_remove(self, block)
@@ -133,6 +192,19 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(1), plus the amortized O(1) checks of the queue
         """
+        batch = [block]
+        count = _joining_count(self, batch, at_front=False)
+        if count >= 0:
+            try:
+                before = self.fake_free_list_tail.prev_free_block
+                self._super_append(block)
+                _back_after(self, before, batch, count + 1, "the end of append()")
+            except QueueError:
+                raise
+            except Exception as error:
+                # Damage outside code did (see verified_queue.checked): never a raw error.
+                raise _diagnosis.damaged(self, "append()", error) from error
+            return
         check_moving(self._pool_link, (block,), "the start of append()", joining=True)
         _checked_append(self, block)
 
@@ -141,18 +213,48 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(len(blocks)), plus the amortized O(1) checks of the queue
         """
-        if type(blocks) is list:
-            check_moving(self._pool_link, blocks, "the start of append_n()", joining=True)
-        _checked_append_n(self, blocks)
+        # A batch that is no list is listed first, as check mode lists it, and checked whole.
+        batch: list[Any] = blocks if type(blocks) is list else batch_argument("append_n", blocks)
+        count = _joining_count(self, batch, at_front=False)
+        if count >= 0:
+            try:
+                before = self.fake_free_list_tail.prev_free_block
+                self._super_append_n(batch)
+                _back_after(self, before, batch, count + len(batch), "the end of append_n()")
+            except QueueError:
+                raise
+            except Exception as error:
+                # Damage outside code did (see verified_queue.checked): never a raw error.
+                raise _diagnosis.damaged(self, "append_n()", error) from error
+            return
+        check_moving(self._pool_link, batch, "the start of append_n()", joining=True)
+        _checked_append_n(self, batch)
 
     def prepend_n(self, blocks: Iterable[Any]) -> None:
         """Check ``blocks`` against the pool, then :meth:`CheckedFreeBlockQueue.prepend_n`.
 
         Runtime complexity: O(len(blocks)), plus the amortized O(1) checks of the queue
         """
-        if type(blocks) is list:
-            check_moving(self._pool_link, blocks, "the start of prepend_n()", joining=True)
-        _checked_prepend_n(self, blocks)
+        # A batch that is no list is listed first, as check mode lists it, and checked whole.
+        batch: list[Any] = blocks if type(blocks) is list else batch_argument("prepend_n", blocks)
+        count = _joining_count(self, batch, at_front=True)
+        if count >= 0:
+            try:
+                after = self.fake_free_list_head.next_free_block
+                self._super_prepend_n(batch)
+                _front_joined(self, batch, after, count + len(batch), "the end of prepend_n()")
+            except QueueError:
+                raise
+            except Exception as error:
+                # Damage outside code did (see verified_queue.checked): never a raw error.
+                raise _diagnosis.damaged(self, "prepend_n()", error) from error
+            return
+        check_moving(self._pool_link, batch, "the start of prepend_n()", joining=True)
+        _checked_prepend_n(self, batch)
+
+    def _chain_is_membership(self) -> bool:
+        """Check mode's walk of the full check, over a snapshot of the pool's membership."""
+        return with_membership_snapshot(self, _checked_chain_is_membership)
 
     def check_block_pool(self) -> bool:
         """Check the pool's invariants over all its blocks; ``False`` if there is no pool to check.
@@ -202,6 +304,24 @@ _checked_remove = CheckedFreeBlockQueue.remove
 _checked_append = CheckedFreeBlockQueue.append
 _checked_append_n = CheckedFreeBlockQueue.append_n
 _checked_prepend_n = CheckedFreeBlockQueue.prepend_n
+_checked_chain_is_membership = CheckedFreeBlockQueue._chain_is_membership
+
+
+def with_membership_snapshot(queue: Any, walk: Callable[[Any], bool]) -> bool:
+    """``walk(queue)`` with the pool's membership read once, into a plain dict, for its length.
+
+    The full check reads every member: the view would make that a Python call
+    a block. Nothing links or unlinks while the walk runs (it calls no code
+    from outside), so the snapshot is the membership throughout.
+    """
+    members = queue._members
+    if type(members) is not PoolMembership:
+        return walk(queue)
+    queue._members = members.snapshot()
+    try:
+        return walk(queue)
+    finally:
+        queue._members = members
 
 
 def start_pool_checks(queue: Any, blocks: Iterable[Any]) -> None:
@@ -223,7 +343,10 @@ def _pool_period(queue: Any) -> int:
 
 def check_pool_now(queue: Any, where: str = FULL_CHECK) -> bool:
     """Check ``queue``'s whole pool and restart the countdown; see ``check_block_pool``."""
-    checked = check_block_pool(queue._pool_link, queue._members, where)
+    members = queue._members
+    if type(members) is PoolMembership:
+        members = members.snapshot()  # one lookup a block at C speed, as for the full check
+    checked = check_block_pool(queue._pool_link, members, where)
     queue._until_pool_check[0] = _pool_period(queue)
     return checked
 
@@ -262,3 +385,194 @@ def before_unlink(queue: Any, what: object, where: str) -> None:
             node = node.next_free_block
     except AttributeError:
         return  # damaged links: check mode's operation names the damage
+
+
+def read_membership_from_pool(queue: Any, blocks: Iterable[Any]) -> None:
+    """On a pool's free queue, replace check mode's membership dict with the pool's own."""
+    if queue._pool_link is not None:
+        queue._members = PoolMembership(blocks)
+
+
+# The one-pass tests of the healthy case of each linking operation on a pool's queue (see
+# "The membership" in VllmCheckedFreeBlockQueue). Each returns the true count before the
+# operation, or -1 to have check mode's operation run instead: no pool, a countdown about to
+# run out (check mode's operation runs the full checks), or anything check mode or the pool's
+# clauses would look into. They read and write nothing else; a passing one ticks the
+# countdowns, as check mode's operation would have.
+
+
+def _cache_of(link: object) -> Any:
+    """The prefix cache of the pool ``link`` names, or ``None`` (no pool, or a pool gone)."""
+    pool: Any = link() if type(link) is weakref.ref else link
+    return None if pool is None else pool.cached_block_hash_to_block
+
+
+def _front_run_count(queue: Any, n: int) -> int:  # noqa: PLR0911 -- one return per test
+    """-1 unless the first ``n`` blocks may leave: sound links, and P1-P3, P5 for each."""
+    link = queue._pool_link
+    until = queue._until_full_check
+    until_pool = queue._until_pool_check
+    if link is None or until[0] <= 1 or until_pool[0] <= 1:
+        return -1
+    count: int = _COUNT.__get__(queue, type(queue))
+    if not 0 <= n <= count:
+        return -1  # out of range: check mode's operation raises the production queue's error
+    try:
+        cache = _cache_of(link)
+        head = queue.fake_free_list_head
+        if cache is None or head.prev_free_block is not None:
+            return -1
+        previous = head
+        node = head.next_free_block
+        for _ in range(n):
+            # I1 and I5 (check mode's walk), then P2, P1, P5 and P3 (before_unlink's).
+            if (
+                node.prev_free_block is not previous
+                or node.ref_cnt != 0
+                or node.is_null
+                or node.pool is not link
+            ):
+                return -1
+            key = node.block_hash
+            if key is not None and not cache.contain(key, node.block_id):
+                return -1
+            previous = node
+            node = node.next_free_block
+        # The node after the run, whose back link the operation rewrites.
+        if node is queue.fake_free_list_tail:
+            if n != count or node.next_free_block is not None:
+                return -1
+        elif node.prev_free_block is not previous or node.pool is not link:
+            return -1
+    except Exception:  # a link that is no block: damage, which check mode's operation names
+        return -1
+    until[0] -= 1
+    until_pool[0] -= 1
+    return count
+
+
+def _removal_count(queue: Any, block: Any) -> int:
+    """-1 unless ``block`` may leave: a linked block of the pool, P1-P3, its neighbours sound."""
+    link = queue._pool_link
+    until = queue._until_full_check
+    until_pool = queue._until_pool_check
+    if link is None or until[0] <= 1 or until_pool[0] <= 1:
+        return -1
+    try:
+        cache = _cache_of(link)
+        if (
+            cache is None
+            or block.pool is not link
+            or block.ref_cnt != 0
+            or block.is_null
+            or (
+                block.block_hash is not None and not cache.contain(block.block_hash, block.block_id)
+            )
+        ):
+            return -1
+        before = block.prev_free_block
+        after = block.next_free_block
+        if (
+            before.next_free_block is not block
+            or after.prev_free_block is not block
+            or (before is not queue.fake_free_list_head and before.pool is not link)
+            or (after is not queue.fake_free_list_tail and after.pool is not link)
+        ):
+            return -1
+    except Exception:  # no links (a detached block has None), or not a block at all
+        return -1
+    until[0] -= 1
+    until_pool[0] -= 1
+    count: int = _COUNT.__get__(queue, type(queue))
+    return count
+
+
+def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int:  # noqa: PLR0911
+    """-1 unless ``blocks`` may join at one end: detached, linkable, P1-P3, P5, the end sound."""
+    link = queue._pool_link
+    until = queue._until_full_check
+    if link is None or until[0] <= 1:
+        return -1
+    count: int = _COUNT.__get__(queue, type(queue))
+    try:
+        cache = _cache_of(link)
+        if cache is None:
+            return -1
+        head = queue.fake_free_list_head
+        tail = queue.fake_free_list_tail
+        if head.prev_free_block is not None or tail.next_free_block is not None:
+            return -1
+        # The end the batch joins: a block of the pool linked back, or the other sentinel
+        # of an empty queue.
+        if at_front:
+            end = head.next_free_block
+            if end is tail:
+                if count != 0 or tail.prev_free_block is not head:
+                    return -1
+            elif end.prev_free_block is not head or end.pool is not link:
+                return -1
+        else:
+            end = tail.prev_free_block
+            if end is head:
+                if count != 0 or head.next_free_block is not tail:
+                    return -1
+            elif end.next_free_block is not tail or end.pool is not link:
+                return -1
+        for block in blocks:
+            # Linkable in this build (check mode's has_unlinkable), detached (I4, and so
+            # no member), then P2, P1, P5, P3 (check_moving's).
+            if (
+                (COMPILED and not issubclass(type(block), Block))
+                or block.prev_free_block is not None
+                or block.next_free_block is not None
+                or block.ref_cnt != 0
+                or block.is_null
+                or block.pool is not link
+            ):
+                return -1
+            key = block.block_hash
+            if key is not None and not cache.contain(key, block.block_id):
+                return -1
+    except Exception:  # an item with no such fields: check mode's operation says which
+        return -1
+    until[0] -= 1
+    return count
+
+
+# After a linking operation on the healthy path: the links it wrote and the count, each
+# failure handed to check mode's diagnosis, which names it (a fault of the production
+# queue, or damage done while it ran).
+
+
+def _count_after(queue: Any, expected: int, where: str) -> None:
+    """I2: the true count moved by the blocks the operation moved."""
+    if _COUNT.__get__(queue, type(queue)) != expected:
+        _diagnosis.expect_count(queue, queue._members, where)
+
+
+def _front_after(queue: Any, expected: int, where: str) -> None:
+    """I1, I2 after an unlink from the front: the new front links back to the head."""
+    head = queue.fake_free_list_head
+    if head.next_free_block.prev_free_block is not head:
+        _diagnosis.check_front(queue, queue._members, where)
+    _count_after(queue, expected, where)
+
+
+def _back_after(queue: Any, before: Any, batch: list[Any], expected: int, where: str) -> None:
+    """I1, I2 after a join at the back: ``batch`` between ``before`` and the tail."""
+    if batch:
+        tail = queue.fake_free_list_tail
+        if tail.prev_free_block is not batch[-1] or tail.next_free_block is not None:
+            _diagnosis.check_back(queue, queue._members, where)
+        _diagnosis.expect_joined(queue, before, batch[0], where)
+    _count_after(queue, expected, where)
+
+
+def _front_joined(queue: Any, batch: list[Any], after: Any, expected: int, where: str) -> None:
+    """I1, I2 after a join at the front: ``batch`` between the head and ``after``."""
+    if batch:
+        head = queue.fake_free_list_head
+        if head.next_free_block is not batch[0] or head.prev_free_block is not None:
+            _diagnosis.check_front(queue, queue._members, where)
+        _diagnosis.expect_joined(queue, batch[-1], after, where)
+    _count_after(queue, expected, where)

@@ -23,6 +23,7 @@ from verified_queue.traced import DEFAULT_HISTORY, TracedFreeBlockQueue
 from verified_queue.vllm.checked import (
     VllmCheckedFreeBlockQueue,
     check_pool_now,
+    read_membership_from_pool,
     start_pool_checks,
 )
 
@@ -91,6 +92,7 @@ class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
     _checked_append = vars(VllmCheckedFreeBlockQueue)["append"]
     _checked_append_n = vars(VllmCheckedFreeBlockQueue)["append_n"]
     _checked_prepend_n = vars(VllmCheckedFreeBlockQueue)["prepend_n"]
+    _chain_is_membership = vars(VllmCheckedFreeBlockQueue)["_chain_is_membership"]
 
     def __init__(
         self,
@@ -106,6 +108,8 @@ class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
         """
         start_pool_checks(self, blocks)
         super().__init__(blocks, full_check_every=full_check_every, history=history)
+        read_membership_from_pool(self, blocks)
+        self._records.members = self._members
 
     def check_block_pool(self) -> bool:
         """:meth:`VllmCheckedFreeBlockQueue.check_block_pool`; a violation carries the history.
