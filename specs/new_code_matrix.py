@@ -115,7 +115,7 @@ class Layer:
 
 _ALL = frozenset(AREAS)
 _QUEUE = frozenset({"undo", "links"})
-_VLLM = frozenset({"plugin", "adapter", "trace", "undo", "links"})
+_VLLM = frozenset({"plugin", "adapter", "pool queue", "trace", "undo", "links"})
 
 #: Every layer, in the page's order: model-based, exhaustive, examples.
 LAYERS: dict[str, Layer] = {
@@ -206,6 +206,19 @@ LAYERS: dict[str, Layer] = {
         "checked and the trace mode, against what must be reported; and the file's examples",
         _VLLM,
     ),
+    "pool fast path": Layer(
+        "model",
+        "`tests/vllm/test_pool_fast_path.py`: `FastPathMachine`, vLLM's checked and traced "
+        "queues on a stand-in pool against a reference that sends every operation through check "
+        "mode's own path with a membership dict; and the file's examples of damage",
+        frozenset({"adapter", "pool queue", "trace", "undo", "links"}),
+    ),
+    "adapter examples": Layer(
+        "examples",
+        "`tests/vllm/test_checked_adapter_edges.py`: where vLLM's checked and traced queues "
+        "report each clause of a stand-in pool, and vLLM's counter",
+        frozenset({"adapter", "pool queue", "trace", "undo", "links"}),
+    ),
     "plugin examples": Layer(
         "examples",
         "`tests/vllm/test_plugin.py` (the stand-in vLLM and each pinned wheel) and "
@@ -262,11 +275,13 @@ MODEL_BASED = tuple(name for name, layer in LAYERS.items() if layer.kind == "mod
 EXHAUSTIVE = tuple(name for name, layer in LAYERS.items() if layer.kind == "exhaustive")
 EXAMPLES = tuple(name for name, layer in LAYERS.items() if layer.kind == "examples")
 #: The layers run by pytest on test files (every examples layer, and a machine that is a test).
-PYTEST_LAYERS = (*EXAMPLES, "vLLM pool checks")
+PYTEST_LAYERS = (*EXAMPLES, "vLLM pool checks", "pool fast path")
 
 #: The test files of each examples layer.
 _FILES: dict[str, tuple[str, ...]] = {
     "vLLM pool checks": ("tests/vllm/test_pool_checks.py",),
+    "pool fast path": ("tests/vllm/test_pool_fast_path.py",),
+    "adapter examples": ("tests/vllm/test_checked_adapter_edges.py",),
     "plugin examples": ("tests/vllm/test_plugin.py", "tests/vllm/test_plugin_register.py"),
     "CLI examples": ("tests/cli/test_status.py", "tests/cli/test_demo.py"),
     "pool misuse examples": ("tests/kvcache/test_pool_misuse.py",),
@@ -299,6 +314,7 @@ def _never(what: str) -> str:
 
 _NO_PLUGIN = _never("the plugin (`install`, `register`, `uninstall`)")
 _NO_VLLM_QUEUE = _never("vLLM's checked or traced queue, where vLLM's counter lives")
+_NO_POOL_QUEUE = _never("vLLM's checked or traced queue built from a pool's blocks")
 _NO_TRACE = _never("a traced queue: it builds the production queue or check mode only")
 _NO_POOL = _never("`verified_queue/kvcache/pool.py`: it builds no block pool")
 _POOL_ONLY_TRACE = (
@@ -312,6 +328,7 @@ for _name, _layer in LAYERS.items():
         _NOT_REACHED[_name, _area] = {
             "plugin": _NO_PLUGIN,
             "adapter": _NO_VLLM_QUEUE,
+            "pool queue": _NO_POOL_QUEUE,
             "trace": _NO_TRACE,
             "pool": _NO_POOL,
         }.get(_area, "NOT EXPLAINED")
@@ -324,9 +341,11 @@ for _name in (
 ):
     _NOT_REACHED[_name, "trace"] = _POOL_ONLY_TRACE
     _NOT_REACHED[_name, "adapter"] = _NO_VLLM_QUEUE
+    _NOT_REACHED[_name, "pool queue"] = _NO_POOL_QUEUE
     _NOT_REACHED[_name, "plugin"] = _NO_PLUGIN
 for _name in ("pool misuse examples", "CLI examples"):
     _NOT_REACHED[_name, "adapter"] = _NO_VLLM_QUEUE
+    _NOT_REACHED[_name, "pool queue"] = _NO_POOL_QUEUE
 _NOT_REACHED["pool misuse examples", "plugin"] = _NO_PLUGIN
 _NOT_REACHED["CLI examples", "pool"] = (
     "its pools are the demo's and the simulation's, freed of their own blocks only: it never "
@@ -357,6 +376,18 @@ SEEN_BY: dict[str, str] = {
     "and then read it or check the queue",
     "adapter_reads_skip_the_offset": "read the count of vLLM's queue from outside after an "
     "outside write",
+    "pool_queue_fast_path_takes_a_held_block": "take a block whose `ref_cnt` is not 0 from the "
+    "front of a pool's queue with no full check due",
+    "pool_queue_fast_path_skips_the_prefix_cache": "link a block whose hash the prefix cache does "
+    "not map into a pool's queue with no full check due",
+    "pool_queue_fast_path_lets_the_null_block_join": "link the pool's null block into its queue "
+    "with no full check due",
+    "pool_queue_fast_path_removes_a_held_block": "remove a block whose `ref_cnt` is not 0 from a "
+    "pool's queue with no full check due",
+    "pool_queue_fast_path_keeps_the_countdown": "count the operations to the next full check of a "
+    "pool's queue, or run one more operation than its period",
+    "pool_queue_fast_path_trusts_the_count_to_the_tail": "raise a pool queue's own count above its "
+    "chain and take the whole chain",
     "trace_history_ignores_weak_holders": "ask a traced queue for the record of a departed block "
     "that takes weak references",
     "trace_taken_since_compared_backwards": "free a block into a traced queue it left while it is "
@@ -749,7 +780,8 @@ def render(computed: dict[tuple[str, str], bool]) -> str:
         f"`specs/planted_bugs/new_code.py` plants {len(NEW_CODE_CATALOGUE)} realistic "
         "single-point bugs in the code the [queue's](bug-matrix.md) and the "
         "[checkers'](checker-bug-matrix.md) matrices do not plant in: the vLLM plugin, vLLM's "
-        "counter in check mode, the trace level, the pool's ownership of a block through its "
+        "counter and the one-pass path of a pool's queue in check mode, the trace level, the "
+        "pool's ownership of a block through its "
         "weak reference, the undo's helpers, and `has_links`. Each is one hunk of the real "
         "source changed: the module's source is compiled with the change, and the code of the "
         "one function the hunk lies in is swapped into the function object for the run (so "

@@ -50,6 +50,7 @@ __all__ = [
 AREAS: dict[str, str] = {
     "plugin": "`verified_queue/vllm/plugin.py`: what the plugin rebinds, and when",
     "adapter": "`verified_queue/vllm/checked.py`: vLLM's counter, offset by outside writes",
+    "pool queue": "`verified_queue/vllm/checked.py`: the one-pass path of a pool's queue",
     "trace": "`verified_queue/traced.py`, `_trace_records.py`: the records and their lines",
     "pool": "`verified_queue/kvcache/pool.py`: which pool owns a block, through its weak reference",
     "undo": "`verified_queue/_undo.py`: the undo of a batch cut short",
@@ -232,6 +233,59 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "        if offset == 0 or _caller_is_own(1):",
         "the reader is looked for one frame too close (the getter itself): vLLM reads the true "
         "count, never the count it wrote",
+    ),
+    # -- the one-pass path of a pool's queue (docs/vllm.md, "Membership from the pool")
+    "pool_queue_fast_path_takes_a_held_block": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "_front_run_count",
+        "                node.prev_free_block is not previous\n"
+        "                or node.ref_cnt != 0\n",
+        "                node.prev_free_block is not previous\n",
+        "the one-pass test of `popleft_n` forgets P2: a held block leaves the queue unreported",
+    ),
+    "pool_queue_fast_path_skips_the_prefix_cache": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "_joining_count",
+        "            key = block.block_hash\n            if key is not None and not "
+        "cache.contain(key, block.block_id):\n                return -1\n",
+        "",
+        "the one-pass test of a join forgets P3: a block whose hash is not cached joins",
+    ),
+    "pool_queue_fast_path_lets_the_null_block_join": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "_joining_count",
+        "                or block.ref_cnt != 0\n                or block.is_null\n",
+        "                or block.ref_cnt != 0\n",
+        "the one-pass test of a join forgets P1: the null block joins the free queue",
+    ),
+    "pool_queue_fast_path_removes_a_held_block": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "_removal_count",
+        "            or block.pool is not link\n            or block.ref_cnt != 0\n",
+        "            or block.pool is not link\n",
+        "the one-pass test of `remove` forgets P2: a held block is taken out of the queue",
+    ),
+    "pool_queue_fast_path_keeps_the_countdown": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "_joining_count",
+        "    until[0] -= 1\n    return count\n",
+        "    return count\n",
+        "a join on the one-pass path does not count toward the next full check, which then "
+        "comes late",
+    ),
+    "pool_queue_fast_path_trusts_the_count_to_the_tail": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "_front_run_count",
+        "            if n != count or node.next_free_block is not None:",
+        "            if node.next_free_block is not None:",
+        "the one-pass test of `popleft_n` reaches the tail without comparing the run with the "
+        "count: a count raised above the chain is not reported",
     ),
     # -- the trace level
     "trace_history_ignores_weak_holders": SourceBug(

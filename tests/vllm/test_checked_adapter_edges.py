@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from verified_queue import Block, InvariantViolation
+from verified_queue import Block, FreeBlockQueue, InvariantViolation
 from verified_queue.checked import DEFAULT_FULL_CHECK_EVERY, MIN_FULL_CHECK_PERIOD
 from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
 from verified_queue.vllm.pool_checks import FULL_CHECK
@@ -330,3 +330,92 @@ def test_nameless_code_writes_vllms_counter(kind: type[Any]) -> None:
     queue.append(queue.popleft())  # the checks still compare the list with its true count
     assert queue.num_free_blocks == 0
     assert len(queue) == free
+
+
+# ---------------------------------------------------------------------------
+# The one-pass path of a pool's queue (the period off: no full check stands it aside).
+
+
+def null_joining(pool: Pool, queue: Any) -> Any:
+    """The pool's null block, linked back (P1)."""
+    del queue
+    return pool.null_block  # type: ignore[attr-defined]  # set by pool_queue
+
+
+def uncached_joining(pool: Pool, queue: Any) -> Any:
+    """A block freed with a hash the prefix cache does not map (P3)."""
+    del pool
+    block = take(queue, 2)[1]
+    block.ref_cnt = 0
+    block.block_hash = b"never cached"
+    return block
+
+
+JOINING_FAULTS: dict[Callable[[Pool, Any], Any], str] = {null_joining: "P1", uncached_joining: "P3"}
+
+
+@pytest.mark.parametrize("kind", QUEUES, ids=QUEUE_IDS)
+@pytest.mark.parametrize("operation", list(JOINING))
+@pytest.mark.parametrize(
+    "fault", list(JOINING_FAULTS), ids=[fault.__name__ for fault in JOINING_FAULTS]
+)
+def test_each_clause_of_a_joining_block_is_refused_on_the_one_pass_path(
+    kind: type[Any], operation: str, fault: Callable[[Pool, Any], Any]
+) -> None:
+    """The null block (P1), a hash with no entry (P3): refused at the start, nothing linked."""
+    pool, queue = pool_queue(kind)
+    block = fault(pool, queue)
+    before = queue.get_all_free_blocks()
+    with pytest.raises(InvariantViolation) as caught:
+        JOINING[operation](queue, block)
+    assert (caught.value.clause, caught.value.where) == (
+        JOINING_FAULTS[fault],
+        f"the start of {operation}()",
+    )
+    assert queue.get_all_free_blocks() == before
+
+
+@pytest.mark.parametrize("kind", QUEUES, ids=QUEUE_IDS)
+def test_a_held_block_in_the_queue_is_refused_by_remove(kind: type[Any]) -> None:
+    """A free block whose count was raised by hand: remove refuses it (P2), nothing moved."""
+    _, queue = pool_queue(kind)
+    block = queue.get_all_free_blocks()[2]
+    block.ref_cnt = 1
+    before = queue.get_all_free_blocks()
+    with pytest.raises(InvariantViolation) as caught:
+        queue.remove(block)
+    assert (caught.value.clause, caught.value.where) == ("P2", "the start of remove()")
+    assert queue.get_all_free_blocks() == before
+
+
+@pytest.mark.parametrize("kind", QUEUES, ids=QUEUE_IDS)
+def test_every_operation_on_the_one_pass_path_counts_toward_the_full_check(
+    kind: type[Any],
+) -> None:
+    """Damage only the full check sees (the queue's own count raised) is reported at the kth."""
+    _, queue = pool_queue(kind, full_check_every=4)
+    queue.full_check()  # the period starts here
+    count_slot: Any = vars(FreeBlockQueue)["num_free_blocks"]
+    count_slot.__set__(queue, count_slot.__get__(queue) + 1)
+    taken = take(queue, 1)  # 1: popleft_n
+    taken[0].ref_cnt = 0
+    queue.append_n(taken)  # 2: a join
+    queue.prepend_n([])  # 3: an empty join counts too
+    with pytest.raises(InvariantViolation) as caught:
+        queue.remove(queue.fake_free_list_head.next_free_block)  # 4: the full check runs
+    assert caught.value.invariant == "count_consistency"
+
+
+@pytest.mark.parametrize("kind", QUEUES, ids=QUEUE_IDS)
+def test_a_count_above_the_chain_is_refused_when_a_run_reaches_the_tail(kind: type[Any]) -> None:
+    """The queue's own count raised by one: taking every linked block is refused (I2), unmoved."""
+    _, queue = pool_queue(kind)
+    count_slot: Any = vars(FreeBlockQueue)["num_free_blocks"]
+    linked = count_slot.__get__(queue)
+    count_slot.__set__(queue, linked + 1)
+    head = queue.fake_free_list_head
+    first = head.next_free_block
+    with pytest.raises(InvariantViolation) as caught:
+        queue.popleft_n(linked)
+    assert caught.value.invariant == "count_consistency"
+    assert head.next_free_block is first

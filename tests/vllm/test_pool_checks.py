@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,8 +35,16 @@ from hypothesis.stateful import (
 
 import verified_queue
 from conformance.wheel import VllmCode, load_vllm
-from tests.vllm.pool_faults import BLOCK_SIZE, FAULTS, block_hashes, left_wrong, request_of
-from verified_queue import AlreadyInQueueError, InvariantViolation
+from tests.vllm.pool_faults import (
+    BLOCK_SIZE,
+    FAULTS,
+    block_hashes,
+    left_wrong,
+    listed_twice,
+    queued_through_two_paths,
+    request_of,
+)
+from verified_queue import AlreadyInQueueError, FreeBlockQueue, InvariantViolation
 from verified_queue.vllm import plugin
 from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
 from verified_queue.vllm.pool_checks import (
@@ -356,6 +365,96 @@ def test_each_class_is_reported_at_the_first_operation_that_sees_it(
         named = caught.value.history.blocks  # type: ignore[attr-defined]
         assert named
         assert named[0].linked is not None
+
+
+def freed_with_an_uncached_hash(pool: Any) -> None:
+    """A block given a hash the prefix cache never mapped, then freed: it joins with it (P3)."""
+    block = pool.get_new_blocks(1)[0]
+    block.set_block_hash(b"never cached")  # both pinned releases have it; 0.33.0 no setter
+    pool.free_blocks([block])
+
+
+def null_block_freed_into_the_queue(pool: Any) -> None:
+    """The null block handed to the queue (P1)."""
+    pool.free_block_queue.append_n([pool.null_block])
+
+
+def free_block_held_and_removed(pool: Any) -> None:
+    """A free block whose count was raised by hand, taken out of the middle (P2)."""
+    block = pool.free_block_queue.get_all_free_blocks()[2]
+    block.ref_cnt = 1
+    pool.free_block_queue.remove(block)
+
+
+#: Classes the one-pass path of the queue itself refuses, at the call, with its default period.
+REFUSED_AT_THE_CALL: dict[Callable[[Any], None], str | None] = {
+    listed_twice: "P2",
+    queued_through_two_paths: None,
+    freed_with_an_uncached_hash: "P3",
+    null_block_freed_into_the_queue: "P1",
+    free_block_held_and_removed: "P2",
+}
+
+
+@pytest.mark.parametrize(
+    "fault", list(REFUSED_AT_THE_CALL), ids=[fault.__name__ for fault in REFUSED_AT_THE_CALL]
+)
+@pytest.mark.parametrize("mode", ["checked", "trace"])
+def test_each_class_is_refused_at_the_call_with_the_default_period(
+    wheel: Path, fault: Any, mode: str
+) -> None:
+    """As users run it (no full check due): the one-pass path refuses each at the faulty call."""
+    pool = build_pool(load_vllm(wheel), mode)
+    queue = pool.free_block_queue
+    queue.full_check_every = None
+    queue.full_check()  # the default periods start here, the queue's and the pool's
+    queue.check_block_pool()
+    clause = REFUSED_AT_THE_CALL[fault]
+    with pytest.raises(AlreadyInQueueError if clause is None else InvariantViolation) as caught:
+        fault(pool)
+    if clause is not None:
+        error = caught.value
+        assert isinstance(error, InvariantViolation)
+        assert (error.invariant, error.clause) == ("block_pool", clause)
+
+
+def raise_the_queues_own_count(queue: Any) -> int:
+    """Damage only a full check sees: the count the queue keeps raised by one; the old count."""
+    count_slot: Any = vars(FreeBlockQueue)["num_free_blocks"]
+    linked: int = count_slot.__get__(queue)
+    count_slot.__set__(queue, linked + 1)
+    return linked
+
+
+@pytest.mark.parametrize("mode", ["checked", "trace"])
+def test_vllms_steps_count_toward_the_full_check(wheel: Path, mode: str) -> None:
+    """Period 4: the queue's own count, raised, is reported at vLLM's fourth queue operation."""
+    pool = build_pool(load_vllm(wheel), mode)
+    queue = pool.free_block_queue
+    queue.full_check_every = 4
+    queue.full_check()
+    queue.check_block_pool()
+    raise_the_queues_own_count(queue)
+    pool.free_blocks(pool.get_new_blocks(1))  # popleft_n, prepend_n, append_n([]): three
+    with pytest.raises(InvariantViolation) as caught:
+        pool.get_new_blocks(1)  # the fourth runs the full check
+    assert caught.value.invariant == "count_consistency"
+
+
+@pytest.mark.parametrize("mode", ["checked", "trace"])
+def test_a_count_above_the_chain_is_reported_when_vllm_takes_every_block(
+    wheel: Path, mode: str
+) -> None:
+    """The default period: taking every linked block reaches the tail, short of the count (I2)."""
+    pool = build_pool(load_vllm(wheel), mode)
+    queue = pool.free_block_queue
+    queue.full_check_every = None
+    queue.full_check()
+    queue.check_block_pool()
+    linked = raise_the_queues_own_count(queue)
+    with pytest.raises(InvariantViolation) as caught:
+        pool.get_new_blocks(linked)
+    assert caught.value.invariant == "count_consistency"
 
 
 @pytest.mark.parametrize("fault", list(FAULTS), ids=[fault.__name__ for fault in FAULTS])

@@ -177,15 +177,29 @@ class FastPathMachine(RuleBasedStateMachine):
         shape=st.sampled_from([list, tuple, iter]),
         release=st.booleans(),
         stranger=st.booleans(),
+        stale=st.booleans(),
     )
-    def free(self, indexes: list[int], end: str, shape: Any, release: bool, stranger: bool) -> None:
-        """free_blocks: counts lowered (or not), then the blocks linked at one end."""
+    def free(  # noqa: PLR0917 -- one argument a drawn choice
+        self,
+        indexes: list[int],
+        end: str,
+        shape: Any,
+        release: bool,
+        stranger: bool,
+        stale: bool,
+    ) -> None:
+        """free_blocks: counts lowered (or not), then the blocks linked at one end.
+
+        ``stale``: the first block keeps a hash its cache entry no longer backs (P3).
+        """
 
         def act(pool: Pool) -> object:
             blocks: list[Any] = [pool.blocks[index] for index in indexes]
             if release:
                 for block in blocks:
                     block.ref_cnt -= 1
+            if stale and blocks:
+                blocks[0].block_hash = b"stale"
             if stranger:
                 blocks.append(object())
             if end == "append":

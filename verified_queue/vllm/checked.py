@@ -13,10 +13,11 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Final, SupportsIndex
 
-# _NEVER: check mode's countdown when the period is off, the pool's too (one definition).
 from verified_queue import _diagnosis
 from verified_queue._messages import batch_argument
 from verified_queue.block import COMPILED, Block
+
+# _NEVER: check mode's countdown when the period is off, the pool's too (one definition).
 from verified_queue.checked import _NEVER, MIN_FULL_CHECK_PERIOD, CheckedFreeBlockQueue
 from verified_queue.errors import QueueError
 from verified_queue.queue import FreeBlockQueue
