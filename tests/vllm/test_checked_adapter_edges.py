@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from verified_queue import Block, FreeBlockQueue, InvariantViolation
+from verified_queue import Block, InvariantViolation
 from verified_queue.checked import DEFAULT_FULL_CHECK_EVERY, MIN_FULL_CHECK_PERIOD
+from verified_queue.queue import FreeBlockQueue  # the production class, whatever the level
 from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
 from verified_queue.vllm.pool_checks import FULL_CHECK
 from verified_queue.vllm.traced import VllmTracedFreeBlockQueue, pass_over_kv_cache_core

@@ -44,7 +44,8 @@ from tests.vllm.pool_faults import (
     queued_through_two_paths,
     request_of,
 )
-from verified_queue import AlreadyInQueueError, FreeBlockQueue, InvariantViolation
+from verified_queue import AlreadyInQueueError, InvariantViolation
+from verified_queue.queue import FreeBlockQueue  # the production class, whatever the level
 from verified_queue.vllm import plugin
 from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
 from verified_queue.vllm.pool_checks import (

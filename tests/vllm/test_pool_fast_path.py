@@ -57,9 +57,9 @@ SIZE = 6  # block 0 is the null block
 class Pool:
     """``SIZE`` blocks naming the pool weakly, its queue built as vLLM builds it."""
 
-    def __init__(self, kind: type[Any]) -> None:
+    def __init__(self, kind: type[Any], block: type[StandInBlock] = StandInBlock) -> None:
         self.link = weakref.ref(self)
-        self.blocks = [StandInBlock(index, self.link) for index in range(SIZE)]
+        self.blocks = [block(index, self.link) for index in range(SIZE)]
         self.cached_block_hash_to_block = PrefixCache()
         self.queue = kind(list(self.blocks))
         self.null_block = self.queue.popleft()
@@ -366,3 +366,72 @@ def test_the_pool_membership_reads_the_links(states: list[str]) -> None:
     del members[id(blocks[0])]
     assert len(members) == len(linked)  # writes change nothing: the links do
     assert repr(members) == f"<PoolMembership: {len(linked)} of {len(blocks)} blocks linked>"
+
+
+def test_blocks_of_the_pool_linked_by_another_queue_are_reported_by_the_full_check() -> None:
+    """The limit of the pool's membership: another queue's links make members of its blocks."""
+    pool = built()
+    taken = pool.queue.popleft_n(3)  # free by their counts, but out of the pool's queue (P2)
+    other = FreeBlockQueue(taken)
+    assert all(id(block) in pool.queue._members for block in taken)
+    with pytest.raises(InvariantViolation) as caught:
+        pool.queue.full_check()
+    assert caught.value.invariant == "count_consistency"
+    assert other.get_all_free_blocks() == taken  # reported, nothing moved
+
+
+class PoolWithoutNullBlock:
+    """Four blocks naming the pool, no null block yet: a pool still being built."""
+
+    def __init__(self) -> None:
+        self.link = weakref.ref(self)
+        self.blocks = [StandInBlock(index, self.link) for index in range(4)]
+        self.cached_block_hash_to_block = PrefixCache()
+
+
+def test_a_queue_of_part_of_a_pool_keeps_check_modes_membership() -> None:
+    """Built from some of the pool's blocks, the queue is checked through check mode's path."""
+    pool = PoolWithoutNullBlock()  # so that no check of the whole pool runs
+    first, second, _, fourth = pool.blocks
+    queue = VllmCheckedFreeBlockQueue([first, second])
+    assert type(queue._members) is dict
+    queue.append(fourth)
+    assert fourth in queue
+    assert len(queue) == 3
+    assert queue.popleft_n(3) == [first, second, fourth]
+
+
+class FieldRaises(StandInBlock):
+    """A block whose ``is_null`` raises once ``broken`` is set."""
+
+    __slots__ = ("broken",)
+
+    @property
+    def is_null(self) -> bool:
+        if getattr(self, "broken", False):
+            raise RuntimeError("is_null cannot be read")
+        return False
+
+    @is_null.setter
+    def is_null(self, value: bool) -> None:
+        del value  # the stand-in is never the null block
+
+
+@pytest.mark.parametrize(
+    "take", [lambda queue: queue.popleft(), lambda queue: queue.popleft_n(2)], ids=["one", "two"]
+)
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_a_front_block_whose_field_raises_is_named_not_raised(
+    kind: type[Any], take: Callable[[Any], object]
+) -> None:
+    """A field that raises (a property) on the block about to leave: P5, nothing taken."""
+    pool = Pool(kind, FieldRaises)
+    queue = pool.queue
+    first = queue.fake_free_list_head.next_free_block
+    first.broken = True
+    before = chain(queue)
+    with pytest.raises(InvariantViolation) as caught:
+        take(queue)
+    assert (caught.value.clause, caught.value.blocks) == ("P5", (first,))
+    assert "cannot be read" in str(caught.value)
+    assert chain(queue) == before

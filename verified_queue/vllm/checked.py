@@ -8,6 +8,7 @@ counterpart is :mod:`verified_queue.vllm.traced`.
 
 from __future__ import annotations
 
+import operator
 import sys
 import weakref
 from collections.abc import Callable, Iterable
@@ -375,13 +376,18 @@ def before_unlink(queue: Any, what: object, where: str) -> None:
         for _ in range(min(what, len(members))):
             if id(node) not in members:
                 return
-            # check_moving's first test, inline: this walk runs at every allocation.
-            if (
-                node.ref_cnt != 0
-                or node.is_null
-                or node.pool is not link
-                or node.block_hash is not None
-            ):
+            # check_moving's first test, inline; a field that cannot be read is check_moving's
+            # to name (P5), never a raw error from here.
+            try:
+                suspect = (
+                    node.ref_cnt != 0
+                    or node.is_null
+                    or node.pool is not link
+                    or node.block_hash is not None
+                )
+            except Exception:  # whatever a field raises, check_moving reports it
+                suspect = True
+            if suspect:
                 check_moving(link, (node,), where, joining=False)
             node = node.next_free_block
     except AttributeError:
@@ -389,17 +395,30 @@ def before_unlink(queue: Any, what: object, where: str) -> None:
 
 
 def read_membership_from_pool(queue: Any, blocks: Iterable[Any]) -> None:
-    """On a pool's free queue, replace check mode's membership dict with the pool's own."""
-    if queue._pool_link is not None:
+    """On the free queue of a pool built from all its blocks, read membership from the pool.
+
+    The pool's membership holds for the queue built from the pool's whole block list, in
+    its order, as vLLM's ``BlockPool`` builds its one free queue: a queue built from part of
+    them keeps check mode's membership dict, and every operation takes check mode's path.
+    """
+    link = queue._pool_link
+    pool: Any = link() if type(link) is weakref.ref else link
+    own: object = getattr(pool, "blocks", None)
+    if (
+        type(own) is list
+        and type(blocks) is list
+        and len(own) == len(blocks)
+        and all(map(operator.is_, own, blocks))
+    ):
         queue._members = PoolMembership(blocks)
 
 
 # The one-pass tests of the healthy case of each linking operation on a pool's queue (see
 # "The membership" in VllmCheckedFreeBlockQueue). Each returns the true count before the
-# operation, or -1 to have check mode's operation run instead: no pool, a countdown about to
-# run out (check mode's operation runs the full checks), or anything check mode or the pool's
-# clauses would look into. They read and write nothing else; a passing one ticks the
-# countdowns, as check mode's operation would have.
+# operation, or -1 to have check mode's operation run instead: no pool's membership, a
+# countdown about to run out (check mode's operation runs the full checks), or anything
+# check mode or the pool's clauses would look into. They read and write nothing else; a
+# passing one ticks the countdowns, as check mode's operation would have.
 
 
 def _cache_of(link: object) -> Any:
@@ -413,7 +432,7 @@ def _front_run_count(queue: Any, n: int) -> int:  # noqa: PLR0911 -- one return 
     link = queue._pool_link
     until = queue._until_full_check
     until_pool = queue._until_pool_check
-    if link is None or until[0] <= 1 or until_pool[0] <= 1:
+    if type(queue._members) is not PoolMembership or until[0] <= 1 or until_pool[0] <= 1:
         return -1
     count: int = _COUNT.__get__(queue, type(queue))
     if not 0 <= n <= count:
@@ -457,7 +476,7 @@ def _removal_count(queue: Any, block: Any) -> int:
     link = queue._pool_link
     until = queue._until_full_check
     until_pool = queue._until_pool_check
-    if link is None or until[0] <= 1 or until_pool[0] <= 1:
+    if type(queue._members) is not PoolMembership or until[0] <= 1 or until_pool[0] <= 1:
         return -1
     try:
         cache = _cache_of(link)
@@ -492,7 +511,7 @@ def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int:  # 
     """-1 unless ``blocks`` may join at one end: detached, linkable, P1-P3, P5, the end sound."""
     link = queue._pool_link
     until = queue._until_full_check
-    if link is None or until[0] <= 1:
+    if type(queue._members) is not PoolMembership or until[0] <= 1:
         return -1
     count: int = _COUNT.__get__(queue, type(queue))
     try:

@@ -16,11 +16,17 @@ mode's code the dict it reads (``in``, ``len``, ``pop``, ``values``, ``keys``);
 the writes check mode makes after each link and unlink change nothing, because
 the links already did.
 
-What it cannot see that the dict saw: a pool block linked or unlinked by outside
-code writing its links, not through the queue, is a member (or not) at once. The
-queue's count, which only the queue writes, then differs from the membership's
-size: check mode's count test at the next operation that reads it, and the full
-check, report it.
+It holds for the queue built from the pool's whole block list, as vLLM's pool
+builds its one free queue (``verified_queue.vllm.checked.read_membership_from_pool``
+tests that); a queue of part of a pool keeps the dict.
+
+What it cannot see that the dict saw: a pool block linked or unlinked by anything
+but this queue, by code writing its links or by another queue built over the
+pool's blocks (either breaks the pool's P2 by itself), is a member (or not) at
+once: ``in`` says so, and ``remove`` takes such a block out of the other queue's
+chain. The queue's count, which only the queue writes, then differs from the
+membership's size: check mode's count test at the next operation that reads it,
+and the full check, report it.
 """
 
 from __future__ import annotations
