@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 import sys
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Final, SupportsIndex
 
 from verified_queue import _diagnosis
@@ -24,6 +24,7 @@ from verified_queue.errors import QueueError
 from verified_queue.queue import FreeBlockQueue
 from verified_queue.vllm.pool_checks import (
     FULL_CHECK,
+    _pool_of,
     check_block_pool,
     check_moving,
     pool_link_of,
@@ -255,8 +256,20 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         _checked_prepend_n(self, batch)
 
     def _chain_is_membership(self) -> bool:
-        """Check mode's walk of the full check, over a snapshot of the pool's membership."""
-        return with_membership_snapshot(self, _checked_chain_is_membership)
+        """Check mode's walk of the full check, over a snapshot of the pool's membership.
+
+        The walk reads every member: the view would make each read a Python call.
+        Nothing links or unlinks while it runs (it calls no outside code), so the
+        snapshot is the membership throughout.
+        """
+        members = self._members
+        if type(members) is not PoolMembership:
+            return _checked_chain_is_membership(self)
+        self._members = members.snapshot()
+        try:
+            return _checked_chain_is_membership(self)
+        finally:
+            self._members = members
 
     def check_block_pool(self) -> bool:
         """Check the pool's invariants over all its blocks; ``False`` if there is no pool to check.
@@ -307,23 +320,6 @@ _checked_append = CheckedFreeBlockQueue.append
 _checked_append_n = CheckedFreeBlockQueue.append_n
 _checked_prepend_n = CheckedFreeBlockQueue.prepend_n
 _checked_chain_is_membership = CheckedFreeBlockQueue._chain_is_membership
-
-
-def with_membership_snapshot(queue: Any, walk: Callable[[Any], bool]) -> bool:
-    """``walk(queue)`` with the pool's membership read once, into a plain dict, for its length.
-
-    The full check reads every member: the view would make that a Python call
-    a block. Nothing links or unlinks while the walk runs (it calls no code
-    from outside), so the snapshot is the membership throughout.
-    """
-    members = queue._members
-    if type(members) is not PoolMembership:
-        return walk(queue)
-    queue._members = members.snapshot()
-    try:
-        return walk(queue)
-    finally:
-        queue._members = members
 
 
 def start_pool_checks(queue: Any, blocks: Iterable[Any]) -> None:
@@ -401,9 +397,7 @@ def read_membership_from_pool(queue: Any, blocks: Iterable[Any]) -> None:
     its order, as vLLM's ``BlockPool`` builds its one free queue: a queue built from part of
     them keeps check mode's membership dict, and every operation takes check mode's path.
     """
-    link = queue._pool_link
-    pool: Any = link() if type(link) is weakref.ref else link
-    own: object = getattr(pool, "blocks", None)
+    own: object = getattr(_pool_of(queue._pool_link), "blocks", None)
     if (
         type(own) is list
         and type(blocks) is list
@@ -423,6 +417,7 @@ def read_membership_from_pool(queue: Any, blocks: Iterable[Any]) -> None:
 
 def _cache_of(link: object) -> Any:
     """The prefix cache of the pool ``link`` names, or ``None`` (no pool, or a pool gone)."""
+    # pool_checks._pool_of, inline: this runs at every linking operation.
     pool: Any = link() if type(link) is weakref.ref else link
     return None if pool is None else pool.cached_block_hash_to_block
 

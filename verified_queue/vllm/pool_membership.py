@@ -78,20 +78,16 @@ class PoolMembership(dict[int, Any]):
     (False, 1)
     """
 
-    __slots__ = ("_blocks", "_entries", "_order")
+    __slots__ = ("_blocks",)
 
-    # id(block) -> block for each of the pool's blocks; the same as a list, and as a list of
-    # (id, block) entries, for the C-speed passes of len() and snapshot().
+    # id(block) -> block for each of the pool's blocks, in the pool's order: its values and
+    # its items are walked in step by the C-speed passes of len() and snapshot().
     _blocks: dict[int, Any]
-    _order: list[Any]
-    _entries: list[tuple[int, Any]]
 
     def __init__(self, blocks: Iterable[Any]) -> None:
         """Read membership from ``blocks``, the pool's blocks, from now on."""
         super().__init__()
-        self._order = list(blocks)
-        self._entries = [(id(block), block) for block in self._order]
-        self._blocks = dict(self._entries)
+        self._blocks = {id(block): block for block in blocks}
 
     def __contains__(self, key: object) -> bool:
         """Whether the block whose ``id`` is ``key`` is the pool's and linked."""
@@ -103,7 +99,7 @@ class PoolMembership(dict[int, Any]):
         try:
             return sum(self._linked_flags())
         except AttributeError:  # a link slot deleted by damage: block by block
-            return sum(map(_is_linked, self._order))
+            return sum(map(_is_linked, self._blocks.values()))
 
     def snapshot(self) -> dict[int, Any]:
         """A plain dict ``id(block) -> block`` of the linked blocks, as they are now.
@@ -112,13 +108,13 @@ class PoolMembership(dict[int, Any]):
         speed, where the view's ``in`` is a Python call.
         """
         try:
-            return dict(compress(self._entries, self._linked_flags()))
+            return dict(compress(self._blocks.items(), self._linked_flags()))
         except AttributeError:  # a link slot deleted by damage: block by block
-            return {key: block for key, block in self._entries if _is_linked(block)}
+            return {key: block for key, block in self._blocks.items() if _is_linked(block)}
 
     def _linked_flags(self) -> Iterator[bool]:
-        """Whether each block of ``_order`` has a link set, computed in C (no call a block)."""
-        order = self._order
+        """Whether each of the pool's blocks has a link set, in C (no Python call a block)."""
+        order = self._blocks.values()
         return map(
             or_,
             map(is_not, map(_PREVIOUS, order), repeat(None)),
@@ -127,7 +123,7 @@ class PoolMembership(dict[int, Any]):
 
     def __iter__(self) -> Iterator[int]:
         """The ids of the linked blocks, as they are when it starts."""
-        return iter(self._linked())
+        return iter(self.snapshot())
 
     def __getitem__(self, key: int) -> Any:
         """The linked block whose ``id`` is ``key``; ``KeyError`` if there is none."""
@@ -137,15 +133,15 @@ class PoolMembership(dict[int, Any]):
 
     def keys(self) -> Any:
         """A key view of the linked blocks' ids, as they are now."""
-        return self._linked().keys()
+        return self.snapshot().keys()
 
     def values(self) -> Any:
         """A value view of the linked blocks, as they are now."""
-        return self._linked().values()
+        return self.snapshot().values()
 
     def items(self) -> Any:
         """An item view of the linked blocks, as they are now."""
-        return self._linked().items()
+        return self.snapshot().items()
 
     def pop(self, key: int, default: Any = None) -> Any:
         """The pool's block whose ``id`` is ``key``, linked or not (``default`` if none).
@@ -163,10 +159,6 @@ class PoolMembership(dict[int, Any]):
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """Nothing: linking the blocks made them members."""
-
-    def _linked(self) -> dict[int, Any]:
-        """A plain dict of the linked blocks, ``id(block) -> block``."""
-        return self.snapshot()
 
     def __repr__(self) -> str:
         """Name the view and its size, not every block."""
