@@ -123,6 +123,14 @@ class TraceModeOnly(VllmTracedFreeBlockQueue):
         TracedFreeBlockQueue.__init__(self, blocks, full_check_every=full_check_every)
 
 
+#: The queues as shipped, each with its reference.
+SHIPPED_AND_REFERENCE = pytest.mark.parametrize(
+    ("kind", "reference"),
+    [(VllmCheckedFreeBlockQueue, CheckModeOnly), (VllmTracedFreeBlockQueue, TraceModeOnly)],
+    ids=["checked", "trace"],
+)
+
+
 def outcome(call: Callable[[], object]) -> tuple[str, object]:
     """What ``call`` did: the block ids it returned, or its error, addresses masked."""
     try:
@@ -277,11 +285,7 @@ def chain(queue: Any) -> list[int]:
     return ids
 
 
-@pytest.mark.parametrize(
-    ("kind", "reference"),
-    [(VllmCheckedFreeBlockQueue, CheckModeOnly), (VllmTracedFreeBlockQueue, TraceModeOnly)],
-    ids=["checked", "trace"],
-)
+@SHIPPED_AND_REFERENCE
 def test_the_one_pass_path_answers_as_check_mode_does(
     kind: type[Any], reference: type[Any]
 ) -> None:
@@ -369,6 +373,23 @@ def test_the_pool_membership_reads_the_links(states: list[str]) -> None:
     del members[id(blocks[0])]
     assert len(members) == len(linked)  # writes change nothing: the links do
     assert repr(members) == f"<PoolMembership: {len(linked)} of {len(blocks)} blocks linked>"
+
+
+def test_the_pool_membership_reads_a_deleted_link_as_unset() -> None:
+    """A link slot deleted by damage reads as unset: ``in``, ``len`` and the snapshot agree."""
+    blocks = [StandInBlock(index, None) for index in range(3)]
+    other = StandInBlock(99, None)
+    blocks[0].next_free_block = other
+    del blocks[0].prev_free_block  # still linked, by its other link
+    del blocks[1].next_free_block  # linked by neither
+    members = PoolMembership(blocks)
+    assert [id(block) in members for block in blocks] == [True, False, False]
+    assert len(members) == 1
+    assert members.snapshot() == {id(blocks[0]): blocks[0]}
+    assert members.pop(id(other), "none") == "none"
+    with pytest.raises(KeyError) as caught:
+        members[id(blocks[1])]
+    assert caught.value.args == (id(blocks[1]),)
 
 
 def test_blocks_of_the_pool_linked_by_another_queue_are_reported_by_the_full_check() -> None:
@@ -468,6 +489,14 @@ def test_healthy_operations_take_the_one_pass_path(
     taken = queue.popleft_n(len(queue))  # the whole chain, to the tail
     assert [block.block_id for block in taken] == [4, 5, first.block_id, third.block_id]
     assert chain(queue) == []
+    queue.prepend_n(taken[:2])  # to an empty queue's front
+    queue.remove(taken[0])  # the first block, after the head
+    queue.remove(taken[1])  # the only block, between both sentinels
+    queue.append(taken[0])  # to an empty queue's back
+    queue.append_n(taken[1:])
+    queue.remove(taken[-1])  # the last block, before the tail
+    assert queue.popleft() is taken[0]
+    assert chain(queue) == [block.block_id for block in taken[1:-1]]
 
 
 #: Check mode's own linking operations, which the one-pass path stands aside for.
@@ -479,3 +508,328 @@ LINKING_PATHS = (
     "_checked_append_n",
     "_checked_prepend_n",
 )
+
+
+# ---------------------------------------------------------------------------
+# The production operation under the one-pass path, made faulty: what each fault becomes.
+
+COUNT_SLOT: Any = vars(FreeBlockQueue)["num_free_blocks"]
+
+
+def _nothing(_: Any) -> None:
+    """No batch: the operation unlinks."""
+
+
+def _taken(queue: Any) -> list[Any]:
+    """Two blocks taken from the front and let go: a batch that may join."""
+    taken: list[Any] = queue.popleft_n(2)
+    return taken
+
+
+#: Each linking operation: how a test calls it on a built pool, what it reads first (a
+#: batch to join, or nothing), and how to break what its end check reads once it has run.
+OPERATIONS: dict[str, tuple[Callable[[Any, Any], object], Callable[[Any], Any]]] = {
+    "popleft": (lambda queue, _: queue.popleft(), _nothing),
+    "popleft_n": (lambda queue, _: queue.popleft_n(2), _nothing),
+    "remove": (
+        lambda queue, _: queue.remove(queue.fake_free_list_head.next_free_block.next_free_block),
+        _nothing,
+    ),
+    "append": (lambda queue, batch: queue.append(batch[0]), _taken),
+    "append_n": (lambda queue, batch: queue.append_n(batch), _taken),
+    "prepend_n": (lambda queue, batch: queue.prepend_n(batch), _taken),
+}
+
+
+def _break_end(queue: Any, operation: str, fault: str, ends: tuple[Any, Any]) -> None:
+    """Break the links the one-pass path's end check reads after ``operation`` ran."""
+    before, after = ends
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    if operation in ("popleft", "popleft_n"):
+        head.next_free_block.prev_free_block = None  # the new front, cut from the head
+    elif operation == "remove":
+        before.next_free_block = before  # the junction the removal made, broken
+    elif fault == "sentinel's inner link":
+        if operation == "prepend_n":
+            head.next_free_block = after  # the batch skipped
+        else:
+            tail.prev_free_block = before
+    elif fault == "sentinel's outer link":
+        if operation == "prepend_n":
+            head.prev_free_block = head.next_free_block
+        else:
+            tail.next_free_block = tail.prev_free_block
+    elif operation == "prepend_n":
+        after.prev_free_block = None  # the old front, cut from the batch
+    else:
+        before.next_free_block = None  # the old back, cut from the batch
+
+
+#: Each operation with each fault its production operation may have: a count left one too
+#: high, a link left wrong (at the junction with the old chain, or at the sentinel of the
+#: end a batch joins), an error a damaged link would raise, any other error.
+FAULTS = [
+    (operation, fault)
+    for operation in OPERATIONS
+    for fault in ("count", "links", "type error", "other error")
+] + [
+    (operation, fault)
+    for operation in ("append", "append_n", "prepend_n")
+    for fault in ("sentinel's inner link", "sentinel's outer link")
+]
+
+
+@pytest.mark.parametrize(("operation", "fault"), FAULTS)
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_a_fault_of_the_production_operation_is_named_at_its_end(
+    kind: type[Any], operation: str, fault: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A production operation that miscounts, mislinks or raises, run by the one-pass path.
+
+    A count or a link left wrong is reported at the end of the operation (I2, I1); an
+    ``AttributeError`` or ``TypeError`` that no damage explains is named as the operation's
+    fault (I1); any other exception is no damage and passes as it is.
+    """
+    pool = built(kind)
+    queue = pool.queue
+    call, prepare = OPERATIONS[operation]
+    batch = prepare(queue)
+    production = getattr(kind, f"_super_{operation}")
+
+    def faulty(self: Any, *args: Any) -> object:
+        head, tail = self.fake_free_list_head, self.fake_free_list_tail
+        ends = (
+            (args[0].prev_free_block, args[0].next_free_block)
+            if operation == "remove"
+            else (tail.prev_free_block, head.next_free_block)
+        )
+        if fault == "type error":
+            raise TypeError("planted")
+        if fault == "other error":
+            raise LookupError("planted")
+        result = production(self, *args)
+        if fault == "count":
+            COUNT_SLOT.__set__(self, COUNT_SLOT.__get__(self) + 1)
+        else:
+            _break_end(self, operation, fault, ends)
+        return result
+
+    monkeypatch.setattr(kind, f"_super_{operation}", faulty)
+    if fault == "other error":
+        with pytest.raises(LookupError, match="planted"):
+            call(queue, batch)
+        return
+    with pytest.raises(InvariantViolation) as caught:
+        call(queue, batch)
+    text = str(caught.value)
+    if fault == "type error":
+        assert caught.value.clause == "I1"
+        assert re.search(rf" broken at {operation}\(\): ", text)
+        assert "TypeError: planted" in text
+    else:
+        assert caught.value.clause == ("I2" if fault == "count" else "I1")
+        # Where, exactly: the diagnosis goes on with a position, or a sentinel.
+        assert re.search(rf" broken at the end of {operation}\(\)[:,] ", text)
+
+
+# ---------------------------------------------------------------------------
+# Where the one-pass path stands aside: a full check due, and damage it meets.
+
+
+@pytest.mark.parametrize(
+    ("until", "until_pool"), [(2, 2), (1, 5), (5, 1)], ids=["none due", "queue's due", "pool's due"]
+)
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_a_full_check_runs_at_the_operation_its_countdown_names(
+    kind: type[Any], operation: str, until: int, until_pool: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A countdown at 1 runs its full check at this operation (the pool's at an unlink only).
+
+    Until then the one-pass path links, whatever the countdowns are; when a check is
+    due it stands aside, and check mode's own operation runs the check.
+    """
+    pool = built(kind)
+    queue = pool.queue
+    call, prepare = OPERATIONS[operation]
+    batch = prepare(queue)
+    ran: list[str] = []
+    own_path = getattr(checked_module, f"_checked_{operation}")
+    full_check = kind.full_check
+    check_pool_now = checked_module.check_pool_now
+
+    def through_own_path(*args: Any) -> object:
+        ran.append("own path")
+        return own_path(*args)
+
+    def queue_check(self: Any) -> None:
+        ran.append("queue's full check")
+        full_check(self)
+
+    def pool_check(*args: Any) -> bool:
+        ran.append("pool's full check")
+        return check_pool_now(*args)
+
+    monkeypatch.setattr(checked_module, f"_checked_{operation}", through_own_path)
+    monkeypatch.setattr(kind, "full_check", queue_check)
+    monkeypatch.setattr(checked_module, "check_pool_now", pool_check)
+    queue.full_check_every = None  # the default period: 1000 for a pool this small
+    queue._until_full_check[0] = until
+    queue._until_pool_check[0] = until_pool
+    call(queue, batch)
+    unlinks = operation in ("popleft", "popleft_n", "remove")
+    expected = []
+    if until == 1 or (until_pool == 1 and unlinks):
+        expected.append("own path")
+    if until_pool == 1 and unlinks:
+        expected.insert(0, "pool's full check")  # first: before_unlink, then the operation
+    if until == 1:
+        expected.append("queue's full check")
+    assert ran == expected
+    assert queue._until_full_check[0] == (until - 1 if until > 1 else 1000)
+    if unlinks:
+        assert queue._until_pool_check[0] == (until_pool - 1 if until_pool > 1 else 1000)
+    else:
+        assert queue._until_pool_check[0] == until_pool
+
+
+class Elsewhere:
+    """An object a damaged block's ``pool`` field may name: another pool, alive."""
+
+
+ELSEWHERE = Elsewhere()
+
+
+def _relink(pool: Pool, index: int | str, field: str, target: int | str) -> None:
+    """Point a link of block ``index`` (or a sentinel, by name) at ``target`` (the same)."""
+    ends: dict[str, Any] = {
+        "head": pool.queue.fake_free_list_head,
+        "tail": pool.queue.fake_free_list_tail,
+    }
+    node = ends[index] if isinstance(index, str) else pool.blocks[index]
+    setattr(node, field, ends[target] if isinstance(target, str) else pool.blocks[target])
+
+
+def _splice(pool: Pool, after: int | str) -> None:
+    """Link a block of no pool after block ``after`` (or the head), both ways, the count left."""
+    queue = pool.queue
+    before: Any = queue.fake_free_list_head if isinstance(after, str) else pool.blocks[after]
+    stranger = StandInBlock(SIZE, None)
+    following = before.next_free_block
+    stranger.prev_free_block, stranger.next_free_block = before, following
+    before.next_free_block = following.prev_free_block = stranger
+
+
+#: Damage by outside code beside where an operation works, on blocks 1 to 5 (the chain of a
+#: built pool): links pointed elsewhere and pool fields changed, no link cleared, so both
+#: memberships (the pool's and a dict) still agree on who is a member.
+DAMAGE: dict[str, Callable[[Pool], None]] = {
+    "head's outer link": partial(_relink, index="head", field="prev_free_block", target=1),
+    "tail's outer link": partial(_relink, index="tail", field="next_free_block", target=5),
+    "tail's back link": partial(_relink, index="tail", field="prev_free_block", target=4),
+    "first's back link": partial(_relink, index=1, field="prev_free_block", target=4),
+    "second's back link": partial(_relink, index=2, field="prev_free_block", target=2),
+    "second's next link": partial(_relink, index=2, field="next_free_block", target=5),
+    "fourth's back link": partial(_relink, index=4, field="prev_free_block", target=1),
+    "last's next link": partial(_relink, index=5, field="next_free_block", target=5),
+    "first from elsewhere": lambda pool: setattr(pool.blocks[1], "pool", ELSEWHERE),
+    "second from elsewhere": lambda pool: setattr(pool.blocks[2], "pool", ELSEWHERE),
+    "fourth from elsewhere": lambda pool: setattr(pool.blocks[4], "pool", ELSEWHERE),
+    "last from elsewhere": lambda pool: setattr(pool.blocks[5], "pool", ELSEWHERE),
+    "a stranger after the head": partial(_splice, after="head"),
+    "a stranger after the first": partial(_splice, after=1),
+    "a stranger after the fourth": partial(_splice, after=4),
+    "a stranger after the last": partial(_splice, after=5),
+}
+
+#: Operations where the damage above lies: the front, the middle (block 3) and the back.
+#: The joins link block 3, taken out before the damage.
+DAMAGED_STEPS: dict[str, Callable[[Pool], object]] = {
+    "popleft": lambda pool: pool.queue.popleft(),
+    "popleft_n(2)": lambda pool: pool.queue.popleft_n(2),
+    "popleft_n(all)": lambda pool: pool.queue.popleft_n(SIZE - 1),
+    "remove the first": lambda pool: pool.queue.remove(pool.blocks[1]),
+    "remove the middle": lambda pool: pool.queue.remove(pool.blocks[3]),
+    "remove the last": lambda pool: pool.queue.remove(pool.blocks[5]),
+    "append": lambda pool: pool.queue.append(pool.blocks[3]),
+    "append_n": lambda pool: pool.queue.append_n([pool.blocks[3]]),
+    "prepend_n": lambda pool: pool.queue.prepend_n([pool.blocks[3]]),
+}
+
+
+def links(pool: Pool) -> list[tuple[object, object]]:
+    """Every block's and sentinel's two links, as block ids and sentinel names."""
+    queue = pool.queue
+    names: dict[int, object] = {
+        id(queue.fake_free_list_head): "head",
+        id(queue.fake_free_list_tail): "tail",
+    }
+    names.update({id(block): block.block_id for block in pool.blocks})
+    nodes = [queue.fake_free_list_head, queue.fake_free_list_tail, *pool.blocks]
+    return [
+        (names.get(id(node.prev_free_block)), names.get(id(node.next_free_block))) for node in nodes
+    ]
+
+
+def met_alike(
+    kind: type[Any], reference: type[Any], damage: Callable[[Pool], None], step: str
+) -> None:
+    """Damage a pool of each queue alike, take ``step``: the same answer and links after."""
+    pools = []
+    for queue_kind in (kind, reference):
+        pool = Pool(queue_kind)
+        pool.queue.full_check_every = 0  # only the operation meets the damage
+        damage(pool)
+        pools.append(pool)
+    shipped, expected = (outcome(partial(DAMAGED_STEPS[step], pool)) for pool in pools)
+    assert shipped == expected
+    assert links(pools[0]) == links(pools[1])
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+@pytest.mark.parametrize("step", list(DAMAGED_STEPS))
+@SHIPPED_AND_REFERENCE
+def test_damage_beside_an_operation_is_met_as_check_mode_meets_it(
+    kind: type[Any], reference: type[Any], step: str, damage: str
+) -> None:
+    """Links and pool fields damaged where an operation works: the same answer and links after.
+
+    The one-pass path must stand aside for every such damage it reads, and check mode's
+    operation then names it (or, for damage no operation reads, both link alike).
+    """
+
+    def beside(pool: Pool) -> None:
+        if step in ("append", "append_n", "prepend_n"):
+            pool.queue.remove(pool.blocks[3])  # the block to join
+        DAMAGE[damage](pool)
+
+    met_alike(kind, reference, beside, step)
+
+
+#: Damage to an empty queue, where a batch joins next to the other sentinel.
+EMPTY_DAMAGE: dict[str, Callable[[Pool], None]] = {
+    "tail's back link": lambda pool: setattr(
+        pool.queue.fake_free_list_tail, "prev_free_block", pool.blocks[4]
+    ),
+    "head's next link": lambda pool: setattr(
+        pool.queue.fake_free_list_head, "next_free_block", pool.blocks[4]
+    ),
+    "count one too high": lambda pool: COUNT_SLOT.__set__(
+        pool.queue, COUNT_SLOT.__get__(pool.queue) + 1
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(EMPTY_DAMAGE))
+@pytest.mark.parametrize("step", ["append", "append_n", "prepend_n"])
+@SHIPPED_AND_REFERENCE
+def test_damage_to_an_empty_queue_is_met_as_check_mode_meets_it(
+    kind: type[Any], reference: type[Any], step: str, damage: str
+) -> None:
+    """A sentinel or the count damaged while the queue is empty: a join answers as the reference."""
+
+    def emptied(pool: Pool) -> None:
+        pool.queue.popleft_n(SIZE - 1)
+        EMPTY_DAMAGE[damage](pool)
+
+    met_alike(kind, reference, emptied, step)
