@@ -249,7 +249,7 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         _ADAPTER,
         "_joining_count",
         "            key = block.block_hash\n            if key is not None and not "
-        "cache.contain(key, block.block_id):\n                return -1\n",
+        "cache.contain(key, block.block_id):\n                return None\n",
         "",
         "the one-pass test of a join forgets P3: a block whose hash is not cached joins",
     ),
@@ -265,8 +265,8 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "pool queue",
         _ADAPTER,
         "_removal_count",
-        "            or block.pool is not link\n            or block.ref_cnt != 0\n",
-        "            or block.pool is not link\n",
+        "            block.pool is not link\n            or block.ref_cnt != 0\n",
+        "            block.pool is not link\n",
         "the one-pass test of `remove` forgets P2: a held block is taken out of the queue",
     ),
     "pool_queue_fast_path_keeps_the_countdown": SourceBug(

@@ -40,6 +40,8 @@ __trace_library__ = True
 _OWN_MODULE_PREFIX: Final = "verified_queue."
 #: The production class's own storage of the count (a slot, or a compiled attribute).
 _COUNT: Any = vars(FreeBlockQueue)["num_free_blocks"]
+#: The true count of a queue, read from that storage (no owner needed).
+_true_count: Final = _COUNT.__get__
 #: The globals of the production queue's module, whose frames write the count on the pure build.
 _PRODUCTION_GLOBALS: Final = vars(sys.modules[FreeBlockQueue.__module__])
 
@@ -131,11 +133,11 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(1), plus the amortized O(1) checks of the queue and the pool
         """
-        count = _front_run_count(self, 1)
-        if count >= 0:
+        left = _front_run_count(self, 1)
+        if left is not None:
             try:
                 block = self._super_popleft()
-                _front_after(self, count - 1, "the end of popleft()")
+                _front_after(self, left, "the end of popleft()")
             except QueueError:
                 raise
             except Exception as error:
@@ -151,12 +153,11 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(n), plus the amortized O(1) checks of the queue and the pool
         """
-        taking = n if type(n) is int else -1
-        count = _front_run_count(self, taking) if taking >= 0 else -1
-        if count >= 0:
+        left = _front_run_count(self, n)
+        if left is not None:
             try:
-                popped: list[Any] = self._super_popleft_n(taking)
-                _front_after(self, count - taking, "the end of popleft_n()")
+                popped: list[Any] = self._super_popleft_n(n)
+                _front_after(self, left, "the end of popleft_n()")
             except QueueError:
                 raise
             except Exception as error:
@@ -173,7 +174,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         Runtime complexity: O(1), plus the amortized O(1) checks of the queue and the pool
         """
         count = _removal_count(self, block)
-        if count >= 0:
+        if count is not None:
             before = block.prev_free_block
             after = block.next_free_block
             try:
@@ -197,7 +198,9 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         """
         batch = [block]
         count = _joining_count(self, batch, at_front=False)
-        if count >= 0:
+        if count is not None:
+            if not batch:
+                return  # nothing to link (vLLM's free_blocks, most steps): the back was tested
             try:
                 before = self.fake_free_list_tail.prev_free_block
                 self._super_append(block)
@@ -219,7 +222,9 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         # A batch that is no list is listed first, as check mode lists it, and checked whole.
         batch: list[Any] = blocks if type(blocks) is list else batch_argument("append_n", blocks)
         count = _joining_count(self, batch, at_front=False)
-        if count >= 0:
+        if count is not None:
+            if not batch:
+                return  # nothing to link (vLLM's free_blocks, most steps): the back was tested
             try:
                 before = self.fake_free_list_tail.prev_free_block
                 self._super_append_n(batch)
@@ -241,7 +246,9 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         # A batch that is no list is listed first, as check mode lists it, and checked whole.
         batch: list[Any] = blocks if type(blocks) is list else batch_argument("prepend_n", blocks)
         count = _joining_count(self, batch, at_front=True)
-        if count >= 0:
+        if count is not None:
+            if not batch:
+                return  # nothing to link (vLLM's free_blocks, most steps): the front was tested
             try:
                 after = self.fake_free_list_head.next_free_block
                 self._super_prepend_n(batch)
@@ -289,7 +296,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     @property
     def num_free_blocks(self) -> int:
         """The true count for this package's code; ``true + offset`` for vLLM and the rest."""
-        true_count: int = _COUNT.__get__(self, type(self))
+        true_count: int = _true_count(self)
         offset = self._count_offset
         if offset == 0 or _caller_is_own(2):  # no offset: the same count for every reader
             return true_count
@@ -303,7 +310,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
             return
         if value.__class__ is not int or value < 0:
             raise TypeError(f"num_free_blocks = {value!r}: expected an int >= 0")
-        self._count_offset = value - _COUNT.__get__(self, type(self))
+        self._count_offset = value - _true_count(self)
 
     @property
     def count_offset(self) -> int:
@@ -408,35 +415,39 @@ def read_membership_from_pool(queue: Any, blocks: Iterable[Any]) -> None:
 
 
 # The one-pass tests of the healthy case of each linking operation on a pool's queue (see
-# "The membership" in VllmCheckedFreeBlockQueue). Each returns the true count before the
-# operation, or -1 to have check mode's operation run instead: no pool's membership, a
-# countdown about to run out (check mode's operation runs the full checks), or anything
-# check mode or the pool's clauses would look into. They read and write nothing else; a
-# passing one ticks the countdowns, as check mode's operation would have.
+# "The membership" in VllmCheckedFreeBlockQueue). Each returns a true count (the one the
+# operation must leave, or the one before a join or a removal), or ``None`` to have check
+# mode's operation run instead: no pool's membership, a countdown about to run out (check
+# mode's operation runs the full checks), or anything check mode or the pool's clauses would
+# look into. They read and write nothing else; a passing one ticks the countdowns, as check
+# mode's operation would have.
 
 
 def _cache_of(link: object) -> Any:
-    """The prefix cache of the pool ``link`` names, or ``None`` (no pool, or a pool gone)."""
+    """The prefix cache of the pool ``link`` names; ``AttributeError`` once the pool is gone.
+
+    Each caller stands aside for any exception, that one included.
+    """
     # pool_checks._pool_of, inline: this runs at every linking operation.
     pool: Any = link() if type(link) is weakref.ref else link
-    return None if pool is None else pool.cached_block_hash_to_block
+    return pool.cached_block_hash_to_block
 
 
-def _front_run_count(queue: Any, n: int) -> int:  # noqa: PLR0911 -- one return per test
-    """-1 unless the first ``n`` blocks may leave: sound links, and P1-P3, P5 for each."""
+def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a return a test
+    """The count once the first ``n`` blocks have left, if they may: sound links, P1-P3, P5."""
     link = queue._pool_link
     until = queue._until_full_check
     until_pool = queue._until_pool_check
     if type(queue._members) is not PoolMembership or until[0] <= 1 or until_pool[0] <= 1:
-        return -1
-    count: int = _COUNT.__get__(queue, type(queue))
-    if not 0 <= n <= count:
-        return -1  # out of range: check mode's operation raises the production queue's error
+        return None
+    count: int = _true_count(queue)
+    if type(n) is not int or not 0 <= n <= count:
+        return None  # check mode's operation raises the production queue's error, if any
     try:
         cache = _cache_of(link)
         head = queue.fake_free_list_head
-        if cache is None or head.prev_free_block is not None:
-            return -1
+        if head.prev_free_block is not None:
+            return None
         previous = head
         node = head.next_free_block
         for _ in range(n):
@@ -447,44 +458,43 @@ def _front_run_count(queue: Any, n: int) -> int:  # noqa: PLR0911 -- one return 
                 or node.is_null
                 or node.pool is not link
             ):
-                return -1
+                return None
             key = node.block_hash
             if key is not None and not cache.contain(key, node.block_id):
-                return -1
+                return None
             previous = node
             node = node.next_free_block
         # The node after the run, whose back link the operation rewrites.
         if node is queue.fake_free_list_tail:
             if n != count or node.next_free_block is not None:
-                return -1
+                return None
         elif node.prev_free_block is not previous or node.pool is not link:
-            return -1
+            return None
     except Exception:  # a link that is no block: damage, which check mode's operation names
-        return -1
+        return None
     until[0] -= 1
     until_pool[0] -= 1
-    return count
+    return count - n
 
 
-def _removal_count(queue: Any, block: Any) -> int:
-    """-1 unless ``block`` may leave: a linked block of the pool, P1-P3, its neighbours sound."""
+def _removal_count(queue: Any, block: Any) -> int | None:
+    """The count before ``block`` leaves, if it may: a linked block of the pool, P1-P3, P5."""
     link = queue._pool_link
     until = queue._until_full_check
     until_pool = queue._until_pool_check
     if type(queue._members) is not PoolMembership or until[0] <= 1 or until_pool[0] <= 1:
-        return -1
+        return None
     try:
         cache = _cache_of(link)
         if (
-            cache is None
-            or block.pool is not link
+            block.pool is not link
             or block.ref_cnt != 0
             or block.is_null
             or (
                 block.block_hash is not None and not cache.contain(block.block_hash, block.block_id)
             )
         ):
-            return -1
+            return None
         before = block.prev_free_block
         after = block.next_free_block
         if (
@@ -493,46 +503,44 @@ def _removal_count(queue: Any, block: Any) -> int:
             or (before is not queue.fake_free_list_head and before.pool is not link)
             or (after is not queue.fake_free_list_tail and after.pool is not link)
         ):
-            return -1
+            return None
     except Exception:  # no links (a detached block has None), or not a block at all
-        return -1
+        return None
     until[0] -= 1
     until_pool[0] -= 1
-    count: int = _COUNT.__get__(queue, type(queue))
+    count: int = _true_count(queue)
     return count
 
 
-def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int:  # noqa: PLR0911
-    """-1 unless ``blocks`` may join at one end: detached, linkable, P1-P3, P5, the end sound."""
+def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | None:  # noqa: PLR0911
+    """The count before ``blocks`` join at one end, if they may: detached, P1-P3, P5, sound."""
     link = queue._pool_link
     until = queue._until_full_check
     if type(queue._members) is not PoolMembership or until[0] <= 1:
-        return -1
-    count: int = _COUNT.__get__(queue, type(queue))
+        return None
+    count: int = _true_count(queue)
     try:
-        cache = _cache_of(link)
-        if cache is None:
-            return -1
+        cache: Any = _cache_of(link) if blocks else None  # an empty batch reads no hash
         head = queue.fake_free_list_head
         tail = queue.fake_free_list_tail
         if head.prev_free_block is not None or tail.next_free_block is not None:
-            return -1
+            return None
         # The end the batch joins: a block of the pool linked back, or the other sentinel
         # of an empty queue.
         if at_front:
             end = head.next_free_block
             if end is tail:
                 if count != 0 or tail.prev_free_block is not head:
-                    return -1
+                    return None
             elif end.prev_free_block is not head or end.pool is not link:
-                return -1
+                return None
         else:
             end = tail.prev_free_block
             if end is head:
                 if count != 0 or head.next_free_block is not tail:
-                    return -1
+                    return None
             elif end.next_free_block is not tail or end.pool is not link:
-                return -1
+                return None
         for block in blocks:
             # Linkable in this build (check mode's has_unlinkable), detached (I4, and so
             # no member), then P2, P1, P5, P3 (check_moving's).
@@ -544,12 +552,12 @@ def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int:  # 
                 or block.is_null
                 or block.pool is not link
             ):
-                return -1
+                return None
             key = block.block_hash
             if key is not None and not cache.contain(key, block.block_id):
-                return -1
+                return None
     except Exception:  # an item with no such fields: check mode's operation says which
-        return -1
+        return None
     until[0] -= 1
     return count
 
@@ -561,7 +569,7 @@ def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int:  # 
 
 def _count_after(queue: Any, expected: int, where: str) -> None:
     """I2: the true count moved by the blocks the operation moved."""
-    if _COUNT.__get__(queue, type(queue)) != expected:
+    if _true_count(queue) != expected:
         _diagnosis.expect_count(queue, queue._members, where)
 
 
@@ -574,20 +582,18 @@ def _front_after(queue: Any, expected: int, where: str) -> None:
 
 
 def _back_after(queue: Any, before: Any, batch: list[Any], expected: int, where: str) -> None:
-    """I1, I2 after a join at the back: ``batch`` between ``before`` and the tail."""
-    if batch:
-        tail = queue.fake_free_list_tail
-        if tail.prev_free_block is not batch[-1] or tail.next_free_block is not None:
-            _diagnosis.check_back(queue, queue._members, where)
-        _diagnosis.expect_joined(queue, before, batch[0], where)
+    """I1, I2 after a join at the back: ``batch`` (not empty) between ``before`` and the tail."""
+    tail = queue.fake_free_list_tail
+    if tail.prev_free_block is not batch[-1] or tail.next_free_block is not None:
+        _diagnosis.check_back(queue, queue._members, where)
+    _diagnosis.expect_joined(queue, before, batch[0], where)
     _count_after(queue, expected, where)
 
 
 def _front_joined(queue: Any, batch: list[Any], after: Any, expected: int, where: str) -> None:
-    """I1, I2 after a join at the front: ``batch`` between the head and ``after``."""
-    if batch:
-        head = queue.fake_free_list_head
-        if head.next_free_block is not batch[0] or head.prev_free_block is not None:
-            _diagnosis.check_front(queue, queue._members, where)
-        _diagnosis.expect_joined(queue, batch[-1], after, where)
+    """I1, I2 after a join at the front: ``batch`` (not empty) between the head and ``after``."""
+    head = queue.fake_free_list_head
+    if head.next_free_block is not batch[0] or head.prev_free_block is not None:
+        _diagnosis.check_front(queue, queue._members, where)
+    _diagnosis.expect_joined(queue, batch[-1], after, where)
     _count_after(queue, expected, where)
