@@ -19,6 +19,7 @@ which the two memberships see at different times (:mod:`verified_queue.vllm.pool
 
 from __future__ import annotations
 
+import gc
 import re
 import weakref
 from collections.abc import Callable, Iterable
@@ -31,7 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from tests.vllm.test_checked_adapter_edges import PrefixCache, StandInBlock
-from verified_queue import InvariantViolation, QueueError
+from verified_queue import InvariantViolation, QueueError, WrongTypeError
 from verified_queue._messages import batch_argument
 from verified_queue.checked import CheckedFreeBlockQueue
 from verified_queue.queue import FreeBlockQueue
@@ -467,13 +468,10 @@ def test_healthy_operations_take_the_one_pass_path(
 ) -> None:
     """With no full check due, no healthy operation runs check mode's own (slower) path."""
 
-    def refuse(*_: object) -> None:
-        raise AssertionError("check mode's own path ran on a healthy operation")
-
     pool = built(kind)  # its first unlink checks the whole pool, through check mode's path
     queue = pool.queue
     for name in LINKING_PATHS:
-        monkeypatch.setattr(checked_module, name, refuse)
+        monkeypatch.setattr(checked_module, name, refuse_own_path)
     first, second, third = queue.popleft_n(3)
     assert queue.popleft_n(0) == []
     third.block_hash = b"cached"
@@ -630,6 +628,10 @@ def test_a_fault_of_the_production_operation_is_named_at_its_end(
         assert caught.value.clause == ("I2" if fault == "count" else "I1")
         # Where, exactly: the diagnosis goes on with a position, or a sentinel.
         assert re.search(rf" broken at the end of {operation}\(\)[:,] ", text)
+        if fault == "count":  # the count the queue holds and the one it should, one apart
+            numbers = re.search(r"num_free_blocks: expected (\d+) \(.*\), found (\d+)", text)
+            assert numbers is not None
+            assert int(numbers[2]) == int(numbers[1]) + 1
 
 
 # ---------------------------------------------------------------------------
@@ -637,7 +639,9 @@ def test_a_fault_of_the_production_operation_is_named_at_its_end(
 
 
 @pytest.mark.parametrize(
-    ("until", "until_pool"), [(2, 2), (1, 5), (5, 1)], ids=["none due", "queue's due", "pool's due"]
+    ("until", "until_pool"),
+    [(2, 2), (1, 5), (5, 1), (1, 2)],
+    ids=["none due", "queue's due", "pool's due", "queue's due, the pool's next"],
 )
 @pytest.mark.parametrize("operation", list(OPERATIONS))
 @pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
@@ -833,3 +837,120 @@ def test_damage_to_an_empty_queue_is_met_as_check_mode_meets_it(
         EMPTY_DAMAGE[damage](pool)
 
     met_alike(kind, reference, emptied, step)
+
+
+# ---------------------------------------------------------------------------
+# The rest of the path's edges.
+
+
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_an_empty_batch_takes_the_one_pass_path_when_the_pool_is_gone(
+    kind: type[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty batch reads no hash, so no prefix cache: a pool gone does not turn it aside."""
+    pool = built(kind)
+    queue = pool.queue
+    for name in LINKING_PATHS:
+        monkeypatch.setattr(checked_module, name, refuse_own_path)
+    del pool
+    gc.collect()  # the blocks name the pool weakly: it is gone now
+    queue.append_n([])
+    queue.prepend_n([])
+    assert len(queue.get_all_free_blocks()) == SIZE - 1
+
+
+@pytest.mark.parametrize("operation", ["append", "append_n", "prepend_n"])
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_a_block_with_one_link_set_is_refused_by_check_modes_own_path(
+    kind: type[Any], operation: str
+) -> None:
+    """A block half linked by hand is a member by its links: the join is check mode's to refuse.
+
+    (With a membership dict the same join is refused as a double link; see the module
+    docstring of ``verified_queue.vllm.pool_membership`` for what the pool's view sees.)
+    """
+    pool = built(kind)
+    queue = pool.queue
+    block = queue.popleft_n(1)[0]
+    block.prev_free_block = pool.blocks[3]
+    before = links(pool)
+    with pytest.raises(InvariantViolation) as caught:
+        getattr(queue, operation)(block if operation == "append" else [block])
+    assert caught.value.clause == "I2"
+    assert f" broken at the start of {operation}(): " in str(caught.value)
+    assert links(pool) == before
+
+
+class DuckBlock:
+    """vLLM's block fields and both links, but no :class:`verified_queue.Block`."""
+
+    def __init__(self, block_id: int, link: object) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.pool = link
+        self.block_hash = None
+        self.is_null = False
+        self.prev_free_block: object = None
+        self.next_free_block: object = None
+
+
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_under_the_compiled_builds_rule_only_blocks_take_the_one_pass_path(
+    kind: type[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled build links ``Block`` subclasses only: anything else is check mode's to refuse.
+
+    The rule is read from ``COMPILED``, set here on either build.
+    """
+    pool = built(kind)
+    queue = pool.queue
+    monkeypatch.setattr(checked_module, "COMPILED", True)
+    ran: list[str] = []
+    own_path = checked_module._checked_append_n
+
+    def through_own_path(*args: Any) -> None:
+        ran.append("own path")
+        own_path(*args)
+
+    monkeypatch.setattr(checked_module, "_checked_append_n", through_own_path)
+    block = queue.popleft_n(1)[0]
+    queue.append_n([block])
+    assert ran == []
+    duck = DuckBlock(SIZE, pool.link)
+    with pytest.raises(QueueError):
+        queue.append_n([duck])
+    assert ran == ["own path"]
+
+
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_the_full_checks_read_a_snapshot_of_the_membership(
+    kind: type[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue's and the pool's full checks look a block up in a plain dict, not the view."""
+    pool = built(kind)
+
+    def no_lookup(*_: object) -> bool:
+        raise AssertionError("a full check looked a block up in the pool's view")
+
+    monkeypatch.setattr(PoolMembership, "__contains__", no_lookup)
+    pool.queue.full_check()
+    assert pool.queue.check_block_pool() is True
+
+
+def refuse_own_path(*_: object) -> None:
+    """Stand in for check mode's own operations where the one-pass path must be taken."""
+    raise AssertionError("check mode's own path ran on a healthy operation")
+
+
+@pytest.mark.parametrize("operation", ["append_n", "prepend_n"])
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_a_batch_that_is_no_iterable_is_refused_under_the_operations_name(
+    kind: type[Any], operation: str
+) -> None:
+    """A join given no iterable: the production queue's ``WrongTypeError``, naming the call."""
+    pool = built(kind)
+    before = links(pool)
+    with pytest.raises(WrongTypeError) as caught:
+        getattr(pool.queue, operation)(5)
+    assert str(caught.value).startswith(f"{operation}(5): expected an iterable of blocks")
+    assert links(pool) == before
