@@ -377,9 +377,13 @@ def test_the_pool_membership_reads_the_links(states: list[str]) -> None:
 
 
 def test_the_pool_membership_reads_a_deleted_link_as_unset() -> None:
-    """A link slot deleted by damage reads as unset: ``in``, ``len`` and the snapshot agree."""
-    blocks = [StandInBlock(index, None) for index in range(3)]
-    other = StandInBlock(99, None)
+    """A link deleted by damage reads as unset: ``in``, ``len`` and the snapshot agree.
+
+    The blocks are no ``Block`` (vLLM's own, as the pure build links them): the compiled
+    build's ``Block`` refuses to lose a link.
+    """
+    blocks = [DuckBlock(index, None) for index in range(3)]
+    other = DuckBlock(99, None)
     blocks[0].next_free_block = other
     del blocks[0].prev_free_block  # still linked, by its other link
     del blocks[1].next_free_block  # linked by neither
