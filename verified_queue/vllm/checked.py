@@ -199,8 +199,6 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         batch = [block]
         count = _joining_count(self, batch, at_front=False)
         if count is not None:
-            if not batch:
-                return  # nothing to link (vLLM's free_blocks, most steps): the back was tested
             try:
                 before = self.fake_free_list_tail.prev_free_block
                 self._super_append(block)
