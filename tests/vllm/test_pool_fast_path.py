@@ -54,6 +54,13 @@ from verified_queue.vllm.pool_membership import PoolMembership
 from verified_queue.vllm.traced import VllmTracedFreeBlockQueue
 
 SIZE = 6  # block 0 is the null block
+#: The production class's own storage of the count: the true count, past vLLM's counter.
+COUNT_SLOT: Any = vars(FreeBlockQueue)["num_free_blocks"]
+
+
+def raise_true_count(queue: Any) -> None:
+    """Damage: the count the queue keeps, one above the blocks it links."""
+    COUNT_SLOT.__set__(queue, COUNT_SLOT.__get__(queue) + 1)
 
 
 class Pool:
@@ -310,8 +317,7 @@ def built(kind: type[Any] = VllmCheckedFreeBlockQueue) -> Pool:
 def test_a_true_count_above_the_chain_is_refused_before_anything_moves() -> None:
     """The count the queue keeps, raised by damage: a run to the tail is refused (I2), unchanged."""
     pool = built()
-    count_slot: Any = vars(FreeBlockQueue)["num_free_blocks"]
-    count_slot.__set__(pool.queue, SIZE)  # one more than the SIZE - 1 linked
+    raise_true_count(pool.queue)  # SIZE, one more than the SIZE - 1 linked
     before = chain(pool.queue)
     for n in (SIZE - 1, SIZE):  # the whole chain, and one more than it
         with pytest.raises(InvariantViolation) as caught:
@@ -515,8 +521,6 @@ LINKING_PATHS = (
 # ---------------------------------------------------------------------------
 # The production operation under the one-pass path, made faulty: what each fault becomes.
 
-COUNT_SLOT: Any = vars(FreeBlockQueue)["num_free_blocks"]
-
 
 def _nothing(_: Any) -> None:
     """No batch: the operation unlinks."""
@@ -611,7 +615,7 @@ def test_a_fault_of_the_production_operation_is_named_at_its_end(
             raise LookupError("planted")
         result = production(self, *args)
         if fault == "count":
-            COUNT_SLOT.__set__(self, COUNT_SLOT.__get__(self) + 1)
+            raise_true_count(self)
         else:
             _break_end(self, operation, fault, ends)
         return result
@@ -822,9 +826,7 @@ EMPTY_DAMAGE: dict[str, Callable[[Pool], None]] = {
     "head's next link": lambda pool: setattr(
         pool.queue.fake_free_list_head, "next_free_block", pool.blocks[4]
     ),
-    "count one too high": lambda pool: COUNT_SLOT.__set__(
-        pool.queue, COUNT_SLOT.__get__(pool.queue) + 1
-    ),
+    "count one too high": lambda pool: raise_true_count(pool.queue),
 }
 
 
