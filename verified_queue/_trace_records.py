@@ -75,7 +75,7 @@ _in_library: dict[str, bool] = {}
 # The files of a host's core (treat_as_library), never entered in _in_library: a miss there
 # is the one place the walk looks here, so a walk that meets no such file costs what it
 # did before any was named.
-_host_files: dict[str, None] = {}
+_host_files: set[str] = set()
 
 #: The locals a frame may name its request by, in the order they are read: the request's
 #: id, then a request object holding it as ``request_id`` (vLLM's ``Request``).
@@ -218,7 +218,7 @@ def treat_as_library(filename: str) -> None:
 
     Runtime complexity: O(1)
     """
-    _host_files[filename] = None
+    _host_files.add(filename)
     _in_library.pop(filename, None)  # a walk before this call may have cached it a caller
 
 
@@ -357,7 +357,8 @@ def forget_when_dead(records: dict[int, Record], key: int) -> Callable[[weakref.
 
 def drop_oldest_held(records: dict[int, Record], held: OrderedDict[int, None]) -> None:
     """Drop the oldest record that holds its block, so at most HELD_DEPARTED blocks are held."""
-    oldest, _ = held.popitem(last=False)
+    oldest = next(iter(held))  # insertion order: the oldest first
+    del held[oldest]
     record = records.get(oldest)
     if record is not None and record[0] is not None and type(record[0]) is not weakref.ref:
         del records[oldest]

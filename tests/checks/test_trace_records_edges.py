@@ -159,6 +159,68 @@ def test_a_library_frame_first_met_past_a_host_is_passed_over() -> None:
     assert operation.request == "r-host"
 
 
+def test_is_library_answers_a_file_it_has_seen_from_its_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A file's answer is worked out once per process: the cached one is the answer given.
+
+    This test's own file is no module of the library; with its answer cached as the
+    library's, that cached answer is what ``is_library`` returns for its frame.
+    """
+    frame = sys._getframe()
+    assert not records_module.is_library(frame)
+    monkeypatch.setattr(records_module, "_in_library", {frame.f_code.co_filename: True})
+    assert records_module.is_library(frame)
+
+
+def counting_is_library(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Note each call of ``is_library`` (a miss of the walk) by file, then answer as before."""
+    asked: list[str] = []
+    original = records_module.is_library
+
+    def is_library(frame: Any) -> bool:
+        asked.append(frame.f_code.co_filename)
+        return original(frame)
+
+    monkeypatch.setattr(records_module, "is_library", is_library)
+    return asked
+
+
+def test_a_walk_over_files_seen_before_reads_only_its_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each traced operation's walk reads one dict per frame once a file has been seen.
+
+    The first operation from here enters every file of the walk in the cache; the next
+    one, from the same frames, asks ``is_library`` about none of them.
+    """
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    blocks = [Block(), Block()]
+    queue.append(blocks[0])
+    asked = counting_is_library(monkeypatch)
+    queue.append(blocks[1])
+    assert asked == []
+    assert queue.recent_operations()[-1].function == (
+        "test_a_walk_over_files_seen_before_reads_only_its_cache"
+    )
+
+
+def test_a_walk_past_a_host_over_files_seen_before_reads_only_its_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past a host's core too, a file seen before is read from the cache, not worked out again."""
+    host_file = f"<trace records edges: cached host {uuid.uuid4().hex}>"
+    treat_as_library(host_file)
+    host: dict[str, Any] = {"__name__": "trace_records_edges_host"}
+    exec(compile(HOST_SOURCE, host_file, "exec"), host)
+    queue: TracedFreeBlockQueue[Block] = TracedFreeBlockQueue()
+    host["free"](queue, Block())
+    asked = counting_is_library(monkeypatch)
+    host["free"](queue, Block())
+    assert asked == []
+    assert queue.recent_operations()[-1].request == "r-host"
+
+
 #: A host's core that frees a block for the request it names.
 HOST_SOURCE = """
 def free(queue, block):
