@@ -520,18 +520,19 @@ class TracedFreeBlockQueue(CheckedFreeBlockQueue[B]):
         self,
         error: QueueError,
         operation: str,
-        blocks: Iterable[object],
+        blocks: Iterable[object] = (),
         *,
         freeing: bool = False,
     ) -> None:
         """Add this queue's history of ``blocks`` to ``error``, raised by code built on the queue.
 
         A block pool calls it for the errors it raises itself, naming its own
-        ``operation``. ``freeing=True`` says the operation frees ``blocks``: a
-        block refused is then a double free, reported with where it was freed
-        before and taken since (as ``append`` reports one); otherwise with where
-        it left this queue. The caller recorded is the first frame outside the
-        library.
+        ``operation`` and the blocks the error is about (none by default: an
+        ``InvariantViolation`` names its own). ``freeing=True`` says the
+        operation frees ``blocks``: a block refused is then a double free,
+        reported with where it was freed before and taken since (as ``append``
+        reports one); otherwise with where it left this queue. The caller
+        recorded is the first frame outside the library.
 
         Runtime complexity: O(1), or O(blocks recorded) for an ``InvariantViolation``
         """

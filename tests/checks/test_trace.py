@@ -716,6 +716,19 @@ def test_annotate_reports_a_double_free_only_for_a_call_that_frees() -> None:
     assert history_of(touched).lines[1] == f"left this queue by: {left}"
 
 
+def test_annotate_without_blocks_adds_the_call_and_no_block() -> None:
+    """``annotate(error, operation)``: the blocks default to none, so only the call is named."""
+    blocks = [Block()]
+    queue = TracedFreeBlockQueue(blocks)
+    refused = NotInQueueError("touch(...): not free")
+    queue.annotate(refused, "touch")
+    history = history_of(refused)
+    assert history.call.name == "touch"
+    assert history.blocks == ()
+    assert len(history.lines) == 1
+    assert history.lines[0].startswith("this call: touch() at ")
+
+
 # ---------------------------------------------------------------------- the library
 
 

@@ -119,5 +119,5 @@ class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
         try:
             return check_pool_now(self)
         except QueueError as error:
-            self.annotate(error, "check_block_pool", ())
+            self.annotate(error, "check_block_pool")
             raise
