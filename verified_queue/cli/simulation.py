@@ -342,7 +342,7 @@ class Simulation:
             self._decode_step()
             if self.progress is not None:
                 self.progress.update(report.requests_served)
-            while report.requests_served * 10 >= milestone * config.requests and milestone <= 10:
+            while report.requests_served * 10 >= milestone * config.requests:
                 self._progress(milestone * 10, time.perf_counter() - started)
                 milestone += 1
             if (
@@ -543,7 +543,7 @@ def call_chain(error: BaseException) -> tuple[list[str], bool]:
         first -= 1  # show the line that made the faulty call, too
     chain = [
         f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}: {frame.line}"
-        for index, frame in enumerate(frames[first:], start=first)
+        for frame in frames[first:]
         if frame.filename != __file__ or frame.name not in QUEUE_WRAPPERS
     ]
     return chain, at_faulty_call
