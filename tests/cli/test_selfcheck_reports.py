@@ -145,6 +145,30 @@ class _PopleftNothingSharesAList(FreeBlockQueue[Block]):
         return _NO_BLOCKS if n == 0 else super().popleft_n(n)
 
 
+class _PopleftNothingTwiceGivesTheFront(FreeBlockQueue[Block]):
+    """popleft_n(0) called twice with nothing between hands out the front block the second time.
+
+    Any other use of the queue in between (the self check compares the queue with the
+    list after every step) resets it, so only the probe's two calls in a row meet it.
+    """
+
+    __slots__ = ()
+    zero_pops: ClassVar[int] = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        if name != "popleft_n":
+            _PopleftNothingTwiceGivesTheFront.zero_pops = 0
+        return super().__getattribute__(name)
+
+    def popleft_n(self, n: Any) -> list[Block]:
+        if n != 0:
+            return super().popleft_n(n)
+        _PopleftNothingTwiceGivesTheFront.zero_pops += 1
+        if _PopleftNothingTwiceGivesTheFront.zero_pops == 2 and self:
+            return [self.fake_free_list_head.next_free_block]  # type: ignore[list-item]
+        return []
+
+
 #: The one list get_all_free_blocks() refills and hands out.
 _LISTED: list[Block] = []
 
@@ -353,6 +377,11 @@ WRONG_QUEUES: dict[str, tuple[type[FreeBlockQueue[Block]], str]] = {
     "popleft_n(0) hands out one list": (
         _PopleftNothingSharesAList,
         r"new result lists: returned 'popleft_n\(0\) returned the same list twice: \[\]', "
+        r"the list expected 'new lists'",
+    ),
+    "popleft_n(0) hands out the front on a second call in a row": (
+        _PopleftNothingTwiceGivesTheFront,
+        rf"new result lists: returned 'popleft_n\(0\) returned \[\] and \[{NUMBERED}\]', "
         r"the list expected 'new lists'",
     ),
     "get_all_free_blocks() hands out one list": (
