@@ -6,7 +6,8 @@ finds the queue sound, an ``AttributeError`` or ``TypeError`` is reported as a v
 naming the operation and the error; any other exception (a signal handler's) was no damage
 and comes out as it is. Here the exception arrives in a full check that the walk runs
 itself: the periodic one ``iter_blocks_after`` starts with, or the one a walk that
-outlasts the membership (a queue growing under it) runs.
+outlasts the membership (a queue growing under it) runs; last, inside the full check's own
+walk, where damage behind the exception is named in its place.
 """
 
 from __future__ import annotations
@@ -116,3 +117,55 @@ def test_a_type_error_in_a_walks_full_check_on_a_sound_queue_names_the_walk(walk
     )
     queue.full_check()
     assert same(queue.get_all_free_blocks(), blocks)
+
+
+class _InterruptedChainWalk(CheckedFreeBlockQueue[Block]):
+    """A checked queue whose full check's walk, once armed, raises ``arriving`` as it starts."""
+
+    __slots__ = ("arriving",)
+
+    arriving: Exception | None
+
+    def __init__(self, blocks: list[Block]) -> None:
+        self.arriving = None
+        super().__init__(blocks, full_check_every=0)
+
+    def _chain_is_membership(self) -> bool:
+        arriving, self.arriving = self.arriving, None
+        if arriving is not None:
+            raise arriving
+        return super()._chain_is_membership()
+
+
+def test_an_exception_from_outside_in_the_full_checks_walk_comes_out_as_it_is() -> None:
+    """The full check's own walk meets an exception from outside: on a sound queue, that one."""
+    blocks = [Block() for _ in range(3)]
+    queue = _InterruptedChainWalk(blocks)
+    arriving = _FromOutside("a timeout's handler")
+    queue.arriving = arriving
+    with pytest.raises(_FromOutside) as caught:
+        queue.full_check()
+    assert caught.value is arriving
+    queue.full_check()
+    assert same(queue.get_all_free_blocks(), blocks)
+
+
+def test_damage_behind_an_exception_in_the_full_checks_walk_is_named() -> None:
+    """The walk raised, and the queue is damaged: the full check names the damage, not the error.
+
+    A block linked in by outside code, the count raised to match the chain, is found by
+    the diagnosis the exception sends the check to: the count is not this queue's members'.
+    """
+    blocks = [Block() for _ in range(3)]
+    queue = _InterruptedChainWalk(blocks[:2])
+    stranger = blocks[2]
+    last = blocks[1]
+    tail = queue.fake_free_list_tail
+    last.next_free_block, stranger.prev_free_block = stranger, last
+    stranger.next_free_block, tail.prev_free_block = tail, stranger
+    queue.num_free_blocks += 1
+    queue.arriving = _FromOutside("a timeout's handler")
+    with pytest.raises(InvariantViolation) as caught:
+        queue.full_check()
+    assert parts(caught.value)[:2] == ("I2", "the full check")
+    assert isinstance(caught.value.__context__, _FromOutside)
