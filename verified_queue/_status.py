@@ -46,8 +46,8 @@ def is_plugin_finder(finder: object) -> bool:
     False
     """
     try:
-        return getattr(type(finder), FINDER_MARK, False) is True
-    except Exception:  # a finder whose class lookup raises is not the plugin's
+        return getattr(type(finder), FINDER_MARK) is True
+    except Exception:  # no mark (AttributeError), or a class whose lookup raises: not the plugin's
         return False
 
 

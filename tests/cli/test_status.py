@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -47,6 +48,34 @@ def test_status_names_the_build_and_the_class_in_force() -> None:
     assert text.splitlines()[0] == f"verified_queue {verified_queue.__version__}, {build} build"
     assert f"verified_queue.FreeBlockQueue is {found.free_block_queue}" in text
     assert "vLLM plugin: nothing rebound in this process" in text
+
+
+def test_status_reports_the_build_the_package_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build is read from the package when asked: a compiled one is reported so."""
+    monkeypatch.setattr(verified_queue, "COMPILED", True)
+    found = verified_queue.status()
+    assert found.compiled is True
+    assert str(found).splitlines()[0].endswith(", compiled (mypyc) build")
+
+
+def test_loaded_vllm_modules_are_vllm_and_its_submodules_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``vllm`` and ``vllm.*`` count, in load order; ``vllm_*`` and a ``None`` entry do not.
+
+    Other modules of vLLM's that tests before this one loaded are left out of the comparison.
+    """
+    for name in ("vllm", "vllm_plugins", "vllm.v1", "vllm.absent"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    top, extension, core = (types.ModuleType(name) for name in ("vllm", "vllm_plugins", "vllm.v1"))
+    monkeypatch.setitem(sys.modules, "vllm", top)
+    monkeypatch.setitem(sys.modules, "vllm_plugins", extension)
+    monkeypatch.setitem(sys.modules, "vllm.absent", None)  # as a failed import leaves it
+    monkeypatch.setitem(sys.modules, "vllm.v1", core)
+    ours = (top, extension, core)
+    found = _status.loaded_vllm_modules()
+    assert [module for module in found if module in ours] == [top, core]
+    assert None not in found
 
 
 @pytest.mark.parametrize(
