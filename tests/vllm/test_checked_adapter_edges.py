@@ -10,6 +10,7 @@ the count code outside this package reads.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -17,7 +18,12 @@ from typing import Any
 
 import pytest
 
-from verified_queue import Block, InvariantViolation
+from verified_queue import (
+    Block,
+    InvariantViolation,
+    NotInQueueError,
+    TracedFreeBlockQueue,
+)
 from verified_queue.checked import DEFAULT_FULL_CHECK_EVERY, MIN_FULL_CHECK_PERIOD
 from verified_queue.queue import FreeBlockQueue  # the production class, whatever the level
 from verified_queue.vllm.checked import VllmCheckedFreeBlockQueue
@@ -298,6 +304,46 @@ def test_a_pool_violation_found_by_check_block_pool_carries_the_trace() -> None:
     assert caught.value.clause == "P3"
     lines = caught.value.history.lines  # type: ignore[attr-defined]
     assert any(line.startswith("this call: check_block_pool() at ") for line in lines), lines
+
+
+def test_another_traced_queue_reads_where_a_pools_queue_linked_a_block() -> None:
+    """A block refused by another traced queue is named as linked in the pool's queue.
+
+    The pool's traced queue reads its membership from the pool; its records are read by
+    every traced queue's explanations, so they must be told of that membership too.
+    """
+    pool, queue = pool_queue(VllmTracedFreeBlockQueue)
+    block = pool.blocks[3]
+    queue.remove(block)
+    linked_at = sys._getframe().f_lineno + 1
+    queue.append(block)
+    other: TracedFreeBlockQueue[Any] = TracedFreeBlockQueue()
+    with pytest.raises(NotInQueueError) as caught:
+        other.remove(block)
+    lines = caught.value.history.lines  # type: ignore[attr-defined]
+    elsewhere = [line for line in lines if line.startswith("linked in another traced queue by: ")]
+    assert len(elsewhere) == 1, lines
+    assert " append() at " in elsewhere[0]
+    assert f":{linked_at} in test_another_traced_queue_reads_" in elsewhere[0]
+
+
+def test_a_block_the_pools_queue_let_go_is_not_named_as_linked_there() -> None:
+    """A block the pool's queue linked and took again is no member of it for other queues.
+
+    Built from the pool, every block was a member once; what another queue's
+    explanation reads is the pool's membership now, in which the taken block is not.
+    """
+    pool, queue = pool_queue(VllmTracedFreeBlockQueue)
+    block = pool.blocks[3]
+    queue.remove(block)
+    queue.append(block)
+    queue.remove(block)
+    other: TracedFreeBlockQueue[Any] = TracedFreeBlockQueue()
+    with pytest.raises(NotInQueueError) as caught:
+        other.remove(block)
+    lines = caught.value.history.lines  # type: ignore[attr-defined]
+    assert lines[0].startswith("this call: remove() at "), lines
+    assert not [line for line in lines if line.startswith("linked in another traced queue")]
 
 
 def test_a_block_pool_module_without_a_file_marks_nothing() -> None:
