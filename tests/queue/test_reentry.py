@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 from verified_queue import Block, FreeBlockQueue, TracedFreeBlockQueue
-from verified_queue.errors import QueueError
+from verified_queue.block import COMPILED
+from verified_queue.errors import EmptyQueueError, QueueError
 from verified_queue.invariants import check_invariants
+from verified_queue.queue import FreeBlockQueue as ProductionQueue
 
 
 @contextmanager
@@ -121,3 +123,35 @@ def _reenter_at(
         operation(queue, blocks)
     check_invariants(queue, pool=blocks)
     return collections >= k
+
+
+def test_popleft_n_counts_again_after_a_collection_that_took_blocks() -> None:
+    """A collection at ``popleft_n``'s allocation takes the front block: the call is refused.
+
+    The queue counts again once the collector may have run (verified_queue.queue), and the
+    refusal names the count then. The pure build collects there on every version; the
+    compiled one may run the collection only after the call, which then takes all four.
+    """
+    blocks = [Block() for _ in range(4)]
+    queue: ProductionQueue[Block] = ProductionQueue(blocks)
+    taken: list[Block] = []
+
+    def callback() -> None:
+        if not taken:
+            taken.append(queue.popleft())
+
+    with collecting_at_every_allocation(callback):
+        try:
+            popped = queue.popleft_n(4)
+        except EmptyQueueError as error:
+            refused: EmptyQueueError | None = error
+        else:
+            refused = None
+    if refused is None:
+        assert COMPILED, "the pure build collects inside popleft_n"
+        assert popped == blocks
+        return
+    assert str(refused) == "popleft_n(4) from a FreeBlockQueue with 3 free blocks"
+    assert taken == blocks[:1]
+    assert queue.get_all_free_blocks() == blocks[1:]
+    check_invariants(queue, pool=blocks)
