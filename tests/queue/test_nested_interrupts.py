@@ -32,7 +32,7 @@ from specs.interrupts import (
 from verified_queue import Block, FreeBlockQueue
 from verified_queue import _undo as undo_module
 from verified_queue import queue as queue_module
-from verified_queue.errors import AlreadyInQueueError, WrongTypeError
+from verified_queue.errors import AlreadyInQueueError, QueueError, WrongTypeError
 from verified_queue.invariants import check_invariants
 
 pytestmark = pytest.mark.skipif(
@@ -403,3 +403,47 @@ def test_the_boundary_one_exception_more_can_damage_and_is_then_reported(
     damaged = [outcome for outcome in outcomes if outcome]
     assert damaged, f"no burst of {faults} damaged {name}: the contract's depth has moved"
     assert all("broken" in outcome or "not all undone" in outcome for outcome in damaged)
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[object]:
+    """Have each call of the queue module's undo ``name`` noted, then run as before."""
+    calls: list[object] = []
+    original = getattr(queue_module, name)
+
+    def counted(*arguments: Any) -> Any:
+        calls.append(arguments)
+        return original(*arguments)
+
+    monkeypatch.setattr(queue_module, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("operation", ["append_n", "prepend_n"])
+def test_a_refused_batch_is_undone_by_the_first_handler_alone(
+    operation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing arriving meanwhile, the handlers outside the first one undo nothing again.
+
+    The first handler unstages the batch and says so; the outer ones finish an undo only
+    when an exception cut it short (the rule of verified_queue._undo).
+    """
+    finishing = _counting(monkeypatch, "finish_unstage")
+    blocks = [Block() for _ in range(4)]
+    queue: queue_module.FreeBlockQueue[Block] = queue_module.FreeBlockQueue(blocks[:2])
+    with pytest.raises(AlreadyInQueueError):
+        getattr(queue, operation)([blocks[2], blocks[0]])
+    assert finishing == []
+    assert queue.get_all_free_blocks() == blocks[:2]
+    check_invariants(queue, pool=blocks)
+
+
+def test_a_popleft_n_cut_short_is_relinked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count written from outside runs ``popleft_n`` off the chain: one relink, not three."""
+    relinking = _counting(monkeypatch, "relink_taken")
+    blocks = [Block() for _ in range(2)]
+    queue: queue_module.FreeBlockQueue[Block] = queue_module.FreeBlockQueue(blocks)
+    queue.num_free_blocks = 3
+    with pytest.raises(QueueError):
+        queue.popleft_n(3)
+    assert len(relinking) == 1
+    assert queue.get_all_free_blocks() == blocks
