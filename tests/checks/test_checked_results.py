@@ -26,6 +26,7 @@ from verified_queue import (
     InvariantViolation,
     NotInQueueError,
     QueueError,
+    TracedFreeBlockQueue,
 )
 from verified_queue.checked import MIN_FULL_CHECK_PERIOD
 from verified_queue.invariants import (
@@ -355,3 +356,54 @@ def test_each_operation_counts_once(operation: str) -> None:
         _COUNTED_OPERATIONS[operation](queue, block)
         seen.append(queue.full_checks)
     assert seen == [0, 0, 1, 1, 1, 2]
+
+
+#: The batches the production joins of the queues below were handed, in order.
+HANDED: list[object] = []
+
+
+class _NotingProduction(FreeBlockQueue[Block]):
+    """The production queue, noting the batch each of its joins is handed."""
+
+    __slots__ = ()
+
+    def append_n(self, blocks: Iterable[Block]) -> None:
+        HANDED.append(blocks)
+        super().append_n(blocks)
+
+    def prepend_n(self, blocks: Iterable[Block]) -> None:
+        HANDED.append(blocks)
+        super().prepend_n(blocks)
+
+
+# Check mode's production methods are the next class's in the MRO (its __init_subclass__).
+class _CheckedNotingJoins(CheckedFreeBlockQueue[Block], _NotingProduction):
+    __slots__ = ()
+
+
+class _TracedNotingJoins(TracedFreeBlockQueue[Block], _NotingProduction):
+    __slots__ = ()
+
+
+@pytest.mark.parametrize(
+    "queue_class", [_CheckedNotingJoins, _TracedNotingJoins], ids=["checked", "traced"]
+)
+@pytest.mark.parametrize("operation", ["append_n", "prepend_n"])
+def test_a_list_batch_is_handed_on_as_it_is(
+    operation: str, queue_class: type[CheckedFreeBlockQueue[Block]]
+) -> None:
+    """A batch given as a list reaches the production join itself: no copy of n blocks is made.
+
+    Any other iterable is listed first, once.
+    """
+    blocks = [Block() for _ in range(4)]
+    queue = queue_class(blocks[:1])
+    HANDED.clear()
+    batch = blocks[1:3]
+    getattr(queue, operation)(batch)
+    assert len(HANDED) == 1
+    assert HANDED[0] is batch
+    getattr(queue, operation)(iter(blocks[3:]))
+    assert len(HANDED) == 2
+    assert type(HANDED[1]) is list
+    assert HANDED[1] == blocks[3:]
