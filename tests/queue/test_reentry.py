@@ -10,9 +10,11 @@ the queue must be sound and every block outside it detached.
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -126,18 +128,31 @@ def _reenter_at(
 
 
 def test_popleft_n_counts_again_after_a_collection_that_took_blocks() -> None:
-    """A collection at ``popleft_n``'s allocation takes the front block: the call is refused.
+    """A collection inside ``popleft_n``, past its first count, takes the front block: refused.
 
     The queue counts again once the collector may have run (verified_queue.queue), and the
-    refusal names the count then. The pure build collects there on every version; the
-    compiled one may run the collection only after the call, which then takes all four.
+    refusal names the count then. The callback takes a block only from a collection that
+    runs inside ``popleft_n``'s own frame, so the first count cannot be what refuses. The
+    pure build collects there on every version; the compiled one runs no Python frame for
+    ``popleft_n``, and its call takes all four.
     """
     blocks = [Block() for _ in range(4)]
     queue: ProductionQueue[Block] = ProductionQueue(blocks)
     taken: list[Block] = []
 
+    # Read when the test runs: a mutation run swaps a mutant's code into the function.
+    popleft_n_code = getattr(ProductionQueue.popleft_n, "__code__", None)  # None: compiled
+
+    def inside_popleft_n() -> bool:
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is popleft_n_code:
+                return True
+            frame = frame.f_back
+        return False
+
     def callback() -> None:
-        if not taken:
+        if not taken and inside_popleft_n():
             taken.append(queue.popleft())
 
     with collecting_at_every_allocation(callback):
