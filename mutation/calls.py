@@ -3,12 +3,16 @@
 Loaded by ``python mutation/swap.py collect`` (as ``-p calls``, with ``SWAP_CALLS_DIR`` set),
 in every xdist worker. While each test runs,
 
-- a profile function notes every function of the package that is entered (by its module and
-  qualified name), in every thread;
-- coverage.py, with the test as its context, notes every line of the package that runs;
+- coverage.py, with the test as its context, notes every line of the package that runs; a
+  test runs a function when it runs a line of its body (``swap.py`` reads the functions off
+  the lines);
 - a wrapper of ``sys.settrace`` notes the tests that set a trace function of their own (the
   interrupt tests do, to raise at every checkpoint): while theirs is in place coverage.py
-  sees nothing, so their lines are not known, only their functions.
+  sees nothing, so from then on a profile function notes every function of the package
+  that is entered (by its module and qualified name), in every thread. Their lines are not
+  known, only their functions. (A profile function in every test cost more than coverage.py
+  itself: it is called at every call and return of any code, pytest's and Hypothesis's
+  included.)
 
 At the end each worker writes what it saw, each test's CPU time and the tests that failed to
 ``SWAP_CALLS_DIR/<worker>.json``, which ``swap.py`` merges.
@@ -49,8 +53,10 @@ _settrace = sys.settrace
 
 
 def _noting_settrace(function: Any) -> None:
-    if function is not None and _running:
+    if function is not None and _running and _running[-1] not in _own_tracer:
         _own_tracer.add(_running[-1])
+        threading.setprofile(_profile)
+        sys.setprofile(_profile)
     _settrace(function)
 
 
@@ -80,8 +86,6 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     if _coverage is not None:
         _coverage.switch_context(item.nodeid)
     start = time.process_time()
-    threading.setprofile(_profile)
-    sys.setprofile(_profile)
     try:
         return (yield)
     finally:

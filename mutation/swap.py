@@ -13,11 +13,11 @@ another way. Every mutant is one function changed. pytest imports the package an
 the suite once; then, in place of running it, the runner forks for each mutant, and the
 child assigns the mutant's code object to the live function (``function.__code__``), so
 every reference to it, every subclass and every frame sees the mutant with nothing added,
-then runs the collected tests that called that function, fastest first, each under a CPU
-limit (``mutation/selection.py``), stopping at the first failure. The source files on
-disk stay as they are, so the tests that plant bugs by editing a module's source run too.
-Which tests call which function comes from one run of the suite under ``sys.setprofile``
-(``collect``, ``mutation/calls.py``), spread over the cores.
+then runs the collected tests that ran the statement it changes, fastest first, each under
+a CPU limit (``mutation/selection.py``), stopping at the first failure. The source files
+on disk stay as they are, so the tests that plant bugs by editing a module's source run
+too. Which tests run which lines, and so which functions, comes from one run of the suite
+under coverage.py (``collect``, ``mutation/calls.py``), spread over the cores.
 
 Usage (from the checkout, with the mutation group installed; ``tox -e mutation`` runs the
 second line)::
@@ -66,10 +66,10 @@ HERE = Path(__file__).resolve().parent
 SEPARATOR = "ǁ"
 #: Each test's CPU limit in a child, in place of selection.py's (set for mutmut's runs, which
 #: import the package and the tests afresh): a child here inherits them, and the call map's
-#: times are taken under a profile function and coverage.py, which slow a test about 1.9x
-#: (tests/kvcache: 133 s of CPU traced, 72 s plain). A test past 2 s plus 2 times its traced
-#: time, about 4 times its own, is a mutant that spins (the pool's repair loops); PIT's
-#: default stops one at 1.25 times plus 4 s.
+#: times are taken under coverage.py, which slows a test about 1.5x (tests/kvcache: 105 s of
+#: CPU traced, 72 s plain). A test past 2 s plus 2 times its traced time, about 3 times its
+#: own, is a mutant that spins (the pool's repair loops); PIT's default stops one at 1.25
+#: times plus 4 s.
 LIMIT_FLOOR = 2.0
 LIMIT_FACTOR = 2.0
 #: How many of the tests that killed a function's mutants its next mutants try first.
@@ -267,6 +267,32 @@ def swap_in(mutant: Mutant) -> None:
 # ------------------------------------------------------------------------------ calls
 
 
+@functools.cache
+def function_of_line(path: Path) -> dict[int, str]:
+    """Each line of a function body in the module at ``path``: the key of its function.
+
+    A function's key is ``module:qualified name``, as ``calls.key_of`` makes it and
+    ``Mutant.key`` names it. A function defined in another function is its enclosing
+    function's: mutmut mutates the outer one, and the inner one runs only once it has run.
+    A function's header (decorators, signature, defaults) runs when it is defined, not
+    when it is called: its lines are no function's.
+    """
+    module = module_name(path)
+    found: dict[int, str] = {}
+
+    def visit(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{owner}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                key = f"{module}:{owner}{child.name}"
+                for line in range(child.body[0].lineno, (child.end_lineno or 0) + 1):
+                    found[line] = key
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
 def collect(out: Path, workers: int, pytest_args: list[str]) -> None:
     """Run the suite once under ``calls.py`` and write which tests call each function."""
     with tempfile.TemporaryDirectory() as directory:
@@ -307,6 +333,12 @@ def collect(out: Path, workers: int, pytest_args: list[str]) -> None:
                     ran[filename][int(line)].update(data["order"][place] for place in places)
             own_tracer.update(data["own_tracer"])
             failed += data["failed"]
+    # A test calls a function when it runs a line of its body.
+    for filename, by_line in ran.items():
+        keys = function_of_line(ROOT / filename)
+        for line, ran_by in by_line.items():
+            if line in keys:
+                calls[keys[line]].update(ran_by)
     tests = sorted(cpu)
     place = {test: index for index, test in enumerate(tests)}
     lines = {
