@@ -50,6 +50,8 @@ COPIED = [
 ]
 SURVIVORS_FILE = ROOT / "docs" / "mutation-survivors.md"
 DETECTED = ("killed", "timeout", "segfault")
+#: The status of a known survivor no test can tell from the original: out of the score.
+EQUIVALENT = "equivalent"
 #: mutmut's name of a mutant: the module, then ``x_function`` or ``xǁClassǁmethod``, then
 #: ``__mutmut_N``.
 MODULE_OF_MUTANT = re.compile(r"^(?P<module>[\w.]+?)\.x[_ǁ]")
@@ -106,27 +108,43 @@ def module_of(mutant: str) -> str:
 
 
 def judge(found: dict[str, str], threshold: float) -> bool:
-    """Print each module's score and its survivors; whether every module passes."""
+    """Print each module's score and its survivors; whether every module passes.
+
+    A module's score is the share of its mutants detected, out of those that are not
+    equivalent (status ``equivalent``: a known survivor no test can tell from the original,
+    ``mutation/known_survivors.txt``), as the usual definition of the score has it; every
+    other mutant not detected counts against it.
+    """
     by_module: dict[str, Counter[str]] = defaultdict(Counter)
     for name, status in found.items():
         by_module[module_of(name)][status] += 1
     explained = SURVIVORS_FILE.read_text(encoding="utf-8")
     passed = True
-    print(f"{'module':<40} {'mutants':>7} {'detected':>8} {'score':>6}  not detected")
+    # score: of the mutants not equivalent; raw: of them all
+    header = f"{'module':<40} {'mutants':>7} {'equiv.':>6} {'detected':>8} {'score':>6} {'raw':>6}"
+    print(f"{header}  not detected")
     for module in sorted(by_module):
         counts = by_module[module]
         total = sum(counts.values())
         detected = sum(counts[status] for status in DETECTED)
-        score = 100.0 * detected / total
-        rest = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s not in DETECTED)
-        print(f"{module:<40} {total:>7} {detected:>8} {score:>5.1f}%  {rest}")
+        score = 100.0 * detected / max(total - counts[EQUIVALENT], 1)
+        rest = ", ".join(
+            f"{n} {s}" for s, n in sorted(counts.items()) if s not in (*DETECTED, EQUIVALENT)
+        )
+        raw = 100.0 * detected / total
+        print(
+            f"{module:<40} {total:>7} {counts[EQUIVALENT]:>6} {detected:>8} {score:>5.1f}% "
+            f"{raw:>5.1f}%  {rest}"
+        )
         if score < threshold:
             passed = False
     everything = Counter(found.values())
     total = sum(everything.values())
     detected = sum(everything[status] for status in DETECTED)
     print(
-        f"all: {detected} of {total} mutants detected ({100.0 * detected / max(total, 1):.1f}%): "
+        f"all: {detected} of {total} mutants detected ({100.0 * detected / max(total, 1):.1f}%; "
+        f"{100.0 * detected / max(total - everything[EQUIVALENT], 1):.1f}% of the "
+        f"{total - everything[EQUIVALENT]} not equivalent): "
         + ", ".join(f"{n} {s}" for s, n in sorted(everything.items()))
     )
     unexplained = []
@@ -140,7 +158,7 @@ def judge(found: dict[str, str], threshold: float) -> bool:
     if not passed:
         print(f"FAILED: a module's score is under {threshold}%")
     if unexplained:
-        print(f"FAILED: explain every survivor in {SURVIVORS_FILE.relative_to(ROOT)}")
+        print(f"FAILED: explain every survivor in docs/{SURVIVORS_FILE.name}")
     return passed and not unexplained
 
 

@@ -39,6 +39,7 @@ import ast
 import difflib
 import fnmatch
 import functools
+import hashlib
 import importlib
 import inspect
 import json
@@ -74,6 +75,13 @@ LIMIT_FLOOR = 2.0
 LIMIT_FACTOR = 2.0
 #: How many of the tests that killed a function's mutants its next mutants try first.
 KILLERS_KEPT = 3
+#: Mutants that survive on purpose, each explained on the survivors page, with the fingerprint
+#: of the function and the mutant they were judged on (``python mutation/swap.py known NAME``).
+KNOWN_FILE = HERE / "known_survivors.txt"
+#: What a known survivor is: a mutant no test can tell from the original ("equivalent", left
+#: out of its module's score, as the usual definition of the score does), or a choice no test
+#: pins, such as a random workload's range ("unpinned", counted as not detected).
+KINDS = ("equivalent", "unpinned")
 #: A child's exit code read as mutmut reads it (36: the per-test CPU limit of selection.py).
 STATUS = {0: "survived", 1: "killed", 36: "timeout", 5: "no tests"}
 
@@ -129,15 +137,29 @@ def generate(only: str | None = None) -> list[Mutant]:
     return mutants
 
 
-def show(name: str) -> str:
-    """The unified diff from the function's source to mutant ``name``'s."""
-    module = name.rpartition(".x")[0]
+def _path_of(module: str) -> Path:
+    """The file of the package module named ``module``."""
     path = PACKAGE.parent.joinpath(*module.split("."))
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    found = [mutant for mutant in generate(str(path.relative_to(ROOT))) if mutant.name == name]
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+@functools.cache
+def _mutants_of(path: Path) -> tuple[Mutant, ...]:
+    return tuple(generate(str(path.relative_to(ROOT))))
+
+
+def find(name: str) -> Mutant:
+    """mutmut's mutant ``name`` of today's source."""
+    found = [m for m in _mutants_of(_path_of(name.rpartition(".x")[0])) if m.name == name]
     if not found:
         raise SystemExit(f"no mutant named {name}")
-    mutant = found[0]
+    return found[0]
+
+
+def show(name: str) -> str:
+    """The unified diff from the function's source to mutant ``name``'s."""
+    mutant = find(name)
+    path = _path_of(mutant.module)
     live = live_function(mutant)
     original = textwrap.dedent(inspect.getsource(live)).splitlines(keepends=True)
     mangled = mutant.name.rpartition(".")[2]
@@ -146,6 +168,30 @@ def show(name: str) -> str:
     return "".join(
         difflib.unified_diff(original, changed.splitlines(keepends=True), where, mutant.name)
     )
+
+
+def fingerprint(mutant: Mutant) -> str:
+    """A digest of ``mutant`` and of the function it changes, as they are today.
+
+    A known survivor is set aside only while its fingerprint is the one it was judged on: a
+    change to the function, or a mutant renumbered onto another change, runs it again.
+    """
+    original = textwrap.dedent(inspect.getsource(live_function(mutant)))
+    text = "\0".join((mutant.key, original, mutant.source))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def read_known(path: Path) -> dict[str, tuple[str, str]]:
+    """The known survivors listed in ``path``: name -> (fingerprint, kind)."""
+    known = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        fields = line.partition("#")[0].split()
+        if not fields:
+            continue
+        if len(fields) != 3 or fields[2] not in KINDS:
+            raise SystemExit(f"{path}:{number}: not 'NAME FINGERPRINT KIND' ({' or '.join(KINDS)})")
+        known[fields[0]] = (fields[1], fields[2])
+    return known
 
 
 @functools.cache
@@ -581,10 +627,39 @@ class CallMap:
         return [test for test in calls if test in reached or test in self.own_tracer]
 
 
+def set_aside(
+    mutants: list[Mutant], known: dict[str, tuple[str, str]]
+) -> tuple[dict[str, str], list[str]]:
+    """The known survivors among ``mutants`` still as they were judged (name -> kind), and
+    the names of those that changed since (to run again)."""
+    unchanged: dict[str, str] = {}
+    changed = []
+    for mutant in mutants:
+        if mutant.name in known:
+            print_of, kind = known[mutant.name]
+            if fingerprint(mutant) == print_of:
+                unchanged[mutant.name] = kind
+            else:
+                changed.append(mutant.name)
+    return unchanged, changed
+
+
 def run(
-    calls_file: Path, only: str | None, children: int, pytest_args: list[str], out: Path | None
+    calls_file: Path,
+    only: str | None,
+    children: int,
+    pytest_args: list[str],
+    out: Path | None,
+    *,
+    rerun_known: bool = False,
+    known_only: bool = False,
 ) -> dict[str, str]:
-    """Run every mutant against the tests that run what it changes; each mutant's status."""
+    """Run every mutant against the tests that run what it changes; each mutant's status.
+
+    A known survivor (``KNOWN_FILE``) whose fingerprint still holds is not run: it gets its
+    kind as its status, unless ``rerun_known``, when it runs, and keeps its kind only if it
+    survives again. ``known_only`` runs the listed mutants alone (and implies ``rerun_known``).
+    """
     sys.path.insert(0, str(ROOT))
     call_map = CallMap.read(calls_file)
     os.environ["MUTATION_CALLS"] = str(calls_file.resolve())  # selection.py's test times
@@ -592,10 +667,27 @@ def run(
     # Import the package's mutated modules before collecting: the children inherit them.
     for module in {mutant.module for mutant in mutants}:
         importlib.import_module(module)
-    tests = {mutant.name: call_map.tests_of(mutant) for mutant in mutants}
-    loop = MutantLoop(mutants, tests, call_map.cpu, children, out)
+    listed = read_known(KNOWN_FILE)
+    if known_only:
+        rerun_known = True
+        mutants = [mutant for mutant in mutants if mutant.name in listed]
+    known, changed = set_aside(mutants, listed)
+    for name in changed:
+        print(f"known survivor changed since it was judged, run again: {name}")
+    to_run = mutants if rerun_known else [m for m in mutants if m.name not in known]
+    aside = "run again" if rerun_known else "set aside"
+    print(f"{len(mutants)} mutants, {len(known)} of them known survivors, {aside}")
+    tests = {mutant.name: call_map.tests_of(mutant) for mutant in to_run}
+    loop = MutantLoop(to_run, tests, call_map.cpu, children, out)
     pytest.main(["-q", "-p", "no:cacheprovider", "-p", "selection", *pytest_args], plugins=[loop])
-    return loop.found
+    found = dict(loop.found)
+    for name, kind in known.items():
+        status = found.setdefault(name, kind)
+        if status in ("survived", "no tests"):
+            found[name] = kind
+        elif status != kind:
+            print(f"known survivor detected now ({status}), take it off {KNOWN_FILE.name}: {name}")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -612,8 +704,19 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("--only", help="mutate only the modules matching this glob")
     running.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     running.add_argument("--out", type=Path, help="each mutant's status and seconds, as JSON")
+    running.add_argument(
+        "--rerun-known",
+        action="store_true",
+        help=f"run the known survivors of {KNOWN_FILE.name} too, to see that they still survive",
+    )
+    running.add_argument(
+        "--known-only", action="store_true", help="run the known survivors alone (--rerun-known)"
+    )
     showing = sub.add_parser("show", help="print one mutant as a diff of its function")
     showing.add_argument("name", nargs="+")
+    knowing = sub.add_parser("known", help=f"print the lines of {KNOWN_FILE.name} for mutants")
+    knowing.add_argument("--kind", choices=KINDS, default="equivalent")
+    knowing.add_argument("name", nargs="+")
     args, pytest_args = parser.parse_known_args(argv)
     if sys.version_info < (3, 11):
         raise SystemExit("mutation/swap.py needs Python 3.11 or later (code objects' co_qualname)")
@@ -627,10 +730,13 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, option, None) is not None:
             setattr(args, option, getattr(args, option).resolve())
     os.chdir(ROOT)
-    if args.command == "show":
+    if args.command in ("show", "known"):
         sys.path.insert(0, str(ROOT))
         for name in args.name:
-            print(show(name))
+            if args.command == "show":
+                print(show(name))
+            else:
+                print(f"{name} {fingerprint(find(name))} {args.kind}")
         return 0
     pytest_args = [arg for arg in pytest_args if arg != "--"] or ["-m", "not bug_matrix", "tests"]
     if args.command == "collect":
@@ -642,10 +748,22 @@ def main(argv: list[str] | None = None) -> int:
         if calls is None:
             calls = Path(directory) / "calls.json"
             collect(calls, args.max_children, pytest_args)
-        found = run(calls, pattern, args.max_children, pytest_args, args.out)
+        found = run(
+            calls,
+            pattern,
+            args.max_children,
+            pytest_args,
+            args.out,
+            rerun_known=args.rerun_known,
+            known_only=args.known_only,
+        )
     minutes = (time.monotonic() - start) / 60
     collected = "" if args.calls else ", the call map's run included"
     print(f"mutation run: {minutes:.1f} min{collected}")
+    if args.known_only:
+        still = sorted(name for name, status in found.items() if status in KINDS)
+        print(f"{len(still)} of the {len(found)} known survivors run survive")
+        return 0 if len(still) == len(found) else 1
     return 0 if whole_package_run.judge(found, 98.0) else 1
 
 

@@ -278,3 +278,61 @@ def test_a_functions_next_mutants_run_the_test_that_killed_its_last_first(tmp_pa
     # The first mutant fastest first; the second its function's killer alone; the third,
     # of a function no test has killed yet, fastest first again.
     assert ran.read_text(encoding="utf-8").split() == ["blind", "sharp", "sharp", "blind", "sharp"]
+
+
+def test_a_known_survivor_is_set_aside_only_while_its_fingerprint_holds() -> None:
+    """A listed mutant is set aside with its kind while the function and the mutant are what
+    they were when it was judged; a change to either runs it again."""
+    out = run_child(
+        """
+        from swap import Mutant, fingerprint, set_aside
+
+        def mutant(body):
+            name = "x_read_check_level__mutmut_7"
+            source = f"def {name}(environ=None):\\n    {body}\\n"
+            return Mutant(f"verified_queue._switch.{name}", "verified_queue._switch", None,
+                          "read_check_level", source)
+
+        judged = mutant("return 'off'")
+        known = {judged.name: (fingerprint(judged), "equivalent")}
+        print(set_aside([judged], known))
+        # The same name on another change (a renumbered mutant): run again.
+        print(set_aside([mutant("return 'on'")], known))
+        # An unlisted mutant is neither.
+        print(set_aside([judged], {}))
+        """
+    )
+    assert out.splitlines() == [
+        "({'verified_queue._switch.x_read_check_level__mutmut_7': 'equivalent'}, [])",
+        "({}, ['verified_queue._switch.x_read_check_level__mutmut_7'])",
+        "({}, [])",
+    ]
+
+
+def test_the_score_leaves_equivalent_mutants_out_and_counts_unpinned_ones(tmp_path: Path) -> None:
+    """A module of 100 mutants with 97 detected passes 98% with 2 equivalent (97 of 98) and
+    fails with 2 unpinned (97 of 100); a survivor the page does not name fails the run."""
+    page = tmp_path / "survivors.md"
+    names = [f"verified_queue.queue.xǁFreeBlockQueueǁpopleft__mutmut_{n}" for n in range(100)]
+    page.write_text(" ".join(names[97:]), encoding="utf-8")
+    out = run_child(
+        f"""
+        from pathlib import Path
+        import run
+        run.SURVIVORS_FILE = Path({str(page)!r})
+        names = [f"verified_queue.queue.xǁFreeBlockQueueǁpopleft__mutmut_{{n}}" for n in range(100)]
+        detected = dict.fromkeys(names[:97], "killed")
+        print(run.judge(detected | dict.fromkeys(names[97:99], "equivalent")
+                        | {{names[99]: "survived"}}, 98.0))
+        print(run.judge(detected | dict.fromkeys(names[97:99], "unpinned")
+                        | {{names[99]: "equivalent"}}, 98.0))
+        page = run.SURVIVORS_FILE
+        run.SURVIVORS_FILE = page.with_name("none.md")
+        run.SURVIVORS_FILE.write_text("", encoding="utf-8")
+        print(run.judge(detected | dict.fromkeys(names[97:], "equivalent"), 98.0))
+        """
+    )
+    verdicts = [line for line in out.splitlines() if line in ("True", "False")]
+    assert verdicts == ["True", "False", "False"]
+    assert "97 of 100 mutants detected (97.0%; 99.0% of the 98 not equivalent)" in out
+    assert "NOT EXPLAINED" in out
