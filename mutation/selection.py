@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from types import FrameType
 
@@ -98,7 +98,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
 
 
+#: Called with the node id of a test that runs out of time, before the process ends
+#: (``swap.py`` hands it on to its runner, as the mutant's killing test).
+on_timeout: Callable[[str], object] | None = None
+#: The node id of the test under its limit now.
+_timed: list[str] = []
+
+
 def _stop_the_mutant(_signum: int, _frame: FrameType | None) -> None:
+    if on_timeout is not None and _timed:
+        on_timeout(_timed[-1])
     os._exit(TIMEOUT_EXIT)
 
 
@@ -108,9 +117,11 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
         return (yield)
     limit = LIMIT_FLOOR + LIMIT_FACTOR * _stats_durations().get(item.nodeid, 0.0)
     previous = signal.signal(signal.SIGPROF, _stop_the_mutant)
+    _timed.append(item.nodeid)
     signal.setitimer(signal.ITIMER_PROF, limit)
     try:
         return (yield)
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
+        _timed.pop()
         signal.signal(signal.SIGPROF, previous)

@@ -473,8 +473,10 @@ class MutantLoop:
         self.failed: str | None = None
         #: By function key: the node ids of the tests that killed its mutants, latest first.
         self.killers: dict[str, list[str]] = {}
-        #: By mutant: the node id of the test that killed it.
+        #: By mutant: the node id of the test that killed it (or ran out of time).
         self.killed_by: dict[str, str] = {}
+        #: selection.py as pytest loaded it, once the loop runs.
+        self.selection: Any = None
 
     def cost(self, mutant: Mutant) -> float:
         """The CPU seconds of the mutant's tests, in the call map's run."""
@@ -496,12 +498,24 @@ class MutantLoop:
         known = [test for test in self.killers.get(mutant.key, []) if test != killer]
         self.killers[mutant.key] = [killer, *known][:KILLERS_KEPT]
 
+    def note(self, mutant: Mutant, killer: str) -> None:
+        """Record the test ``mutant``'s child named, if it named one."""
+        if killer and self.found[mutant.name] in ("killed", "timeout"):
+            self.killed_by[mutant.name] = killer
+        if killer and self.found[mutant.name] == "killed":
+            self.learn(mutant, killer)  # not a test that spun: that costs its whole limit
+
     def _child(self, mutant: Mutant, items: list[pytest.Item], limit: int, report: int) -> int:
         """In the forked child: swap the mutant in, run its tests; pytest's exit code.
 
-        The node id of the test that failed, if one did, is written to the pipe ``report``.
+        The node id of the test that failed or ran out of time, if one did, is written to the
+        pipe ``report``.
         """
         _quiet_child(items[0].config)
+        if self.selection is not None:
+            self.selection.on_timeout = lambda test: os.write(
+                report, test.encode("utf-8", "replace")[: select.PIPE_BUF]
+            )
         os.environ["MUTANT_UNDER_TEST"] = mutant.name  # selection.py: each test's CPU limit
         soft = limit + int(time.process_time())
         resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
@@ -523,9 +537,10 @@ class MutantLoop:
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         # selection.py as pytest imported it for -p (imported before, it could not be
         # rewritten, and pytest's warning about that is an error here).
-        selection = session.config.pluginmanager.get_plugin("selection")
-        if selection is not None:
-            selection.LIMIT_FLOOR, selection.LIMIT_FACTOR = LIMIT_FLOOR, LIMIT_FACTOR
+        self.selection = session.config.pluginmanager.get_plugin("selection")
+        if self.selection is not None:
+            self.selection.LIMIT_FLOOR = LIMIT_FLOOR
+            self.selection.LIMIT_FACTOR = LIMIT_FACTOR
         by_id = {item.nodeid: item for item in session.items}
         order = {item.nodeid: place for place, item in enumerate(session.items)}
         self.mutants.sort(key=self.cost)
@@ -539,9 +554,7 @@ class MutantLoop:
             with os.fdopen(report, "rb") as pipe:
                 killer = pipe.read().decode("utf-8", "replace")
             self.found[mutant.name] = status_of(os.waitstatus_to_exitcode(status))
-            if killer and self.found[mutant.name] == "killed":
-                self.killed_by[mutant.name] = killer
-                self.learn(mutant, killer)
+            self.note(mutant, killer)
             self.seconds[mutant.name] = round(time.monotonic() - began, 3)
             done = len(self.found)
             if done % 100 == 0 or done == len(self.mutants):

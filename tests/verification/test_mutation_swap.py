@@ -336,3 +336,43 @@ def test_the_score_leaves_equivalent_mutants_out_and_counts_unpinned_ones(tmp_pa
     assert verdicts == ["True", "False", "False"]
     assert "97 of 100 mutants detected (97.0%; 99.0% of the 98 not equivalent)" in out
     assert "NOT EXPLAINED" in out
+
+
+def test_a_mutant_that_spins_is_a_timeout_named_with_its_test(tmp_path: Path) -> None:
+    """A test past its CPU limit ends the mutant as a timeout, and the runner is told which
+    test it was, as it is told the test that failed."""
+    tests = tmp_path / "test_probe.py"
+    tests.write_text(
+        textwrap.dedent(
+            """
+            from verified_queue._switch import read_check_level
+
+            def test_default_is_off():
+                assert read_check_level({}) == "off"
+            """
+        ),
+        encoding="utf-8",
+    )
+    out = run_child(
+        f"""
+        import json, pytest
+        from pathlib import Path
+        from swap import Mutant, MutantLoop
+
+        name = "x_read_check_level__mutmut_1"
+        source = f"def {{name}}(environ=None):\\n    while True:\\n        pass\\n"
+        spinning = Mutant(f"verified_queue._switch.{{name}}", "verified_queue._switch", None,
+                          "read_check_level", source)
+        test = "test_probe.py::test_default_is_off"
+        loop = MutantLoop([spinning], {{spinning.name: [test]}}, {{test: 0.01}}, 1, None)
+        options = ["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}]
+        pytest.main([*options, "-p", "selection", {str(tests)!r}], plugins=[loop])
+        print(json.dumps([loop.found, loop.killed_by, loop.killers], sort_keys=True))
+        """
+    )
+    found, killed_by, killers = json.loads(out.strip().splitlines()[-1])
+    name = "verified_queue._switch.x_read_check_level__mutmut_1"
+    assert found == {name: "timeout"}
+    assert killed_by == {name: "test_probe.py::test_default_is_off"}
+    # A test that spun is not tried first for the function's next mutants: it costs its limit.
+    assert killers == {}
