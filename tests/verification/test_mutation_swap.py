@@ -355,7 +355,7 @@ def test_a_mutant_that_spins_is_a_timeout_named_with_its_test(tmp_path: Path) ->
     )
     out = run_child(
         f"""
-        import json, pytest
+        import json, os, pytest
         from pathlib import Path
         from swap import Mutant, MutantLoop
 
@@ -364,6 +364,10 @@ def test_a_mutant_that_spins_is_a_timeout_named_with_its_test(tmp_path: Path) ->
         spinning = Mutant(f"verified_queue._switch.{{name}}", "verified_queue._switch", None,
                           "read_check_level", source)
         test = "test_probe.py::test_default_is_off"
+        # Each test's time in the call map, which selection.py reads for its limit.
+        times = Path({str(tmp_path / "calls.json")!r})
+        times.write_text(json.dumps({{"cpu": {{test: 0.01}}}}), encoding="utf-8")
+        os.environ["MUTATION_CALLS"] = str(times)
         loop = MutantLoop([spinning], {{spinning.name: [test]}}, {{test: 0.01}}, 1, None)
         options = ["-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}]
         pytest.main([*options, "-p", "selection", {str(tests)!r}], plugins=[loop])
