@@ -384,8 +384,10 @@ SEEN_BY: dict[str, str] = {
     "with no full check due",
     "pool_queue_fast_path_removes_a_held_block": "remove a block whose `ref_cnt` is not 0 from a "
     "pool's queue with no full check due",
-    "pool_queue_fast_path_keeps_the_countdown": "count the operations to the next full check of a "
-    "pool's queue, or run one more operation than its period",
+    "pool_queue_fast_path_keeps_the_pools_countdown": "count the unlinks to the next full check "
+    "of a pool's queue, or run one more unlink than its period",
+    "pool_queue_full_check_leaves_out_the_queue": "damage a pool queue's chain (or its own count) "
+    "where only the full check sees it, and run the pool's full check",
     "pool_queue_fast_path_trusts_the_count_to_the_tail": "raise a pool queue's own count above its "
     "chain and take the whole chain",
     "trace_history_ignores_weak_holders": "ask a traced queue for the record of a departed block "

@@ -269,14 +269,14 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "            block.pool is not link\n",
         "the one-pass test of `remove` forgets P2: a held block is taken out of the queue",
     ),
-    "pool_queue_fast_path_keeps_the_countdown": SourceBug(
+    "pool_queue_fast_path_keeps_the_pools_countdown": SourceBug(
         "pool queue",
         _ADAPTER,
-        "_joining_count",
-        "    until[0] -= 1\n    return count\n",
-        "    return count\n",
-        "a join on the one-pass path does not count toward the next full check, which then "
-        "comes late",
+        "_front_run_count",
+        "    until_pool[0] -= 1\n    return count - n\n",
+        "    return count - n\n",
+        "an unlink from the front on the one-pass path does not count toward the next full "
+        "check of the pool and the queue, which then comes late",
     ),
     "pool_queue_fast_path_trusts_the_count_to_the_tail": SourceBug(
         "pool queue",
@@ -286,6 +286,15 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "            if node.next_free_block is not None:",
         "the one-pass test of `popleft_n` reaches the tail without comparing the run with the "
         "count: a count raised above the chain is not reported",
+    ),
+    "pool_queue_full_check_leaves_out_the_queue": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "check_pool_now",
+        "            queue.full_check()\n",
+        "",
+        "the pool's full check no longer runs the queue's, which has no countdown of its own on "
+        "a pool's queue: damage to the chain only the full check sees is never reported",
     ),
     # -- the trace level
     "trace_history_ignores_weak_holders": SourceBug(

@@ -436,21 +436,27 @@ def test_a_held_block_in_the_queue_is_refused_by_remove(kind: type[Any]) -> None
 
 
 @pytest.mark.parametrize("kind", QUEUES, ids=QUEUE_IDS)
-def test_every_operation_on_the_one_pass_path_counts_toward_the_full_check(
+def test_the_queues_full_check_runs_with_the_pools_at_every_kth_unlink(
     kind: type[Any],
 ) -> None:
-    """Damage only the full check sees (the queue's own count raised) is reported at the kth."""
-    _, queue = pool_queue(kind, full_check_every=4)
-    queue.full_check()  # the period starts here
-    count_slot: Any = vars(FreeBlockQueue)["num_free_blocks"]
-    count_slot.__set__(queue, count_slot.__get__(queue) + 1)
-    taken = take(queue, 1)  # 1: popleft_n
-    taken[0].ref_cnt = 0
-    queue.append_n(taken)  # 2: a join
-    queue.prepend_n([])  # 3: an empty join counts too
+    """Damage only the full check sees (a back link far from every step): at the kth unlink.
+
+    On a pool's whole queue the queue's full check runs with the pool's, at the
+    start of every ``full_check_every``-th unlink; joins, empty or not, do not count.
+    """
+    pool, queue = pool_queue(kind, full_check_every=4)
+    assert queue.check_block_pool() is True  # the period starts here
+    last = queue.fake_free_list_tail.prev_free_block
+    last.prev_free_block = last.prev_free_block.prev_free_block  # two blocks back
+    for _ in range(3):  # unlinks 1 to 3, each followed by joins
+        taken = take(queue, 1)
+        taken[0].ref_cnt = 0
+        queue.append_n(taken)
+        queue.prepend_n([])
     with pytest.raises(InvariantViolation) as caught:
         queue.remove(queue.fake_free_list_head.next_free_block)  # 4: the full check runs
-    assert caught.value.invariant == "count_consistency"
+    assert caught.value.invariant == "sentinel_linkage"
+    assert pool.link() is pool  # kept alive to here: a pool that is gone has nothing to check
 
 
 @pytest.mark.parametrize("kind", QUEUES, ids=QUEUE_IDS)

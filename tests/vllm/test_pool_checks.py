@@ -427,19 +427,29 @@ def raise_the_queues_own_count(queue: Any) -> int:
     return linked
 
 
+def point_the_last_back_link_astray(queue: Any) -> None:
+    """Damage only a full check sees: the last block's back link names the block two before."""
+    last = queue.fake_free_list_tail.prev_free_block
+    last.prev_free_block = last.prev_free_block.prev_free_block
+
+
 @pytest.mark.parametrize("mode", ["checked", "trace"])
-def test_vllms_steps_count_toward_the_full_check(wheel: Path, mode: str) -> None:
-    """Period 4: the queue's own count, raised, is reported at vLLM's fourth queue operation."""
+def test_vllms_unlinks_count_toward_the_full_check(wheel: Path, mode: str) -> None:
+    """Period 4: a back link far from every step is reported at vLLM's fourth get_new_blocks.
+
+    The queue's full check runs with the pool's, at the start of every fourth unlink;
+    free_blocks' two joins do not count.
+    """
     pool = build_pool(load_vllm(wheel), mode)
     queue = pool.free_block_queue
     queue.full_check_every = 4
-    queue.full_check()
-    queue.check_block_pool()
-    raise_the_queues_own_count(queue)
-    pool.free_blocks(pool.get_new_blocks(1))  # popleft_n, prepend_n, append_n([]): three
+    queue.check_block_pool()  # the queue's full check, then the pool's: the period starts
+    point_the_last_back_link_astray(queue)
+    for _ in range(3):
+        pool.free_blocks(pool.get_new_blocks(1))  # popleft_n, prepend_n, append_n([])
     with pytest.raises(InvariantViolation) as caught:
-        pool.get_new_blocks(1)  # the fourth runs the full check
-    assert caught.value.invariant == "count_consistency"
+        pool.get_new_blocks(1)  # the fourth unlink runs the full checks
+    assert caught.value.invariant == "sentinel_linkage"
 
 
 @pytest.mark.parametrize("mode", ["checked", "trace"])

@@ -27,6 +27,7 @@ from verified_queue.vllm.pool_checks import (
     _pool_of,
     check_block_pool,
     check_moving,
+    pool_is_built,
     pool_link_of,
 )
 from verified_queue.vllm.pool_membership import PoolMembership
@@ -74,7 +75,9 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     means there): every block that joins or leaves, in O(1) before anything
     changes, and the whole pool at the start of an unlink every
     ``full_check_every`` unlinks (``None``: ``max(1000, blocks of the pool)``)
-    and on :meth:`check_block_pool`.
+    and on :meth:`check_block_pool`. Check mode's own full check of the queue
+    runs there too, first, and not on a countdown of its own: one pass over
+    the chain and one over the pool, every period of unlinks.
 
     **The membership.** On a pool's free queue check mode's membership is the
     pool's blocks whose links are set
@@ -276,11 +279,20 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         finally:
             self._members = members
 
-    def check_block_pool(self) -> bool:
-        """Check the pool's invariants over all its blocks; ``False`` if there is no pool to check.
+    def _next_period(self) -> int:
+        """Check mode's countdown to the next full check: never on a pool's whole queue.
 
-        Raises :class:`~verified_queue.errors.InvariantViolation` (family
-        ``block_pool``) at the first break. Call it between two of the pool's
+        There the queue's full check runs with the pool's; see :func:`pool_queue_period`.
+        """
+        return pool_queue_period(self)
+
+    def check_block_pool(self) -> bool:
+        """Check the queue, then the pool's invariants over all its blocks; ``False`` if no pool.
+
+        Runs :meth:`full_check` first, then the pool's clauses; raises
+        :class:`~verified_queue.errors.InvariantViolation` (family
+        ``block_pool`` for a clause of the pool) at the first break. With no
+        pool to check yet, neither runs. Call it between two of the pool's
         operations: inside one (``free_blocks`` between lowering the counts and
         linking the blocks) the pool is half changed, as vLLM leaves it.
 
@@ -325,6 +337,7 @@ _checked_append = CheckedFreeBlockQueue.append
 _checked_append_n = CheckedFreeBlockQueue.append_n
 _checked_prepend_n = CheckedFreeBlockQueue.prepend_n
 _checked_chain_is_membership = CheckedFreeBlockQueue._chain_is_membership
+_checked_next_period = CheckedFreeBlockQueue._next_period
 
 
 def start_pool_checks(queue: Any, blocks: Iterable[Any]) -> None:
@@ -345,13 +358,41 @@ def _pool_period(queue: Any) -> int:
 
 
 def check_pool_now(queue: Any, where: str = FULL_CHECK) -> bool:
-    """Check ``queue``'s whole pool and restart the countdown; see ``check_block_pool``."""
-    members = queue._members
-    if type(members) is PoolMembership:
-        members = members.snapshot()  # one lookup a block at C speed, as for the full check
-    checked = check_block_pool(queue._pool_link, members, where)
+    """Check ``queue``'s whole pool and restart the countdown; see ``check_block_pool``.
+
+    The queue's own full check runs here first (its countdown never runs out
+    on a pool's queue: :func:`pool_queue_period`), over the same snapshot of a
+    pool's membership (one lookup a block at C speed): the queue's chain and
+    the pool's counts are read together, at the one place vLLM's pool is
+    between two of its operations.
+    """
+    link = queue._pool_link
+    if link is None or not pool_is_built(link):
+        checked = False  # no pool, or vLLM's BlockPool.__init__: nothing to check yet
+    else:
+        members = queue._members
+        snapshot = members.snapshot() if type(members) is PoolMembership else members
+        queue._members = snapshot
+        try:
+            queue.full_check()
+            checked = check_block_pool(link, snapshot, where)
+        finally:
+            queue._members = members
     queue._until_pool_check[0] = _pool_period(queue)
     return checked
+
+
+def pool_queue_period(queue: Any) -> int:
+    """Check mode's countdown to the queue's full check: never on a pool's queue.
+
+    There the queue's full check runs with the pool's (:func:`check_pool_now`),
+    whose countdown ticks at each unlink: they are at most a period of unlinks
+    plus the pool's size of operations apart, since every join links a block
+    that an unlink took (or one the queue was built without).
+    """
+    if queue._pool_link is not None:
+        return _NEVER
+    return _checked_next_period(queue)
 
 
 def before_unlink(queue: Any, what: object, where: str) -> None:
@@ -415,10 +456,11 @@ def read_membership_from_pool(queue: Any, blocks: Iterable[Any]) -> None:
 # The one-pass tests of the healthy case of each linking operation on a pool's queue (see
 # "The membership" in VllmCheckedFreeBlockQueue). Each returns a true count (the one the
 # operation must leave, or the one before a join or a removal), or ``None`` to have check
-# mode's operation run instead: no pool's membership, a countdown about to run out (check
-# mode's operation runs the full checks), or anything check mode or the pool's clauses would
-# look into. They read and write nothing else; a passing one ticks the countdowns, as check
-# mode's operation would have.
+# mode's operation run instead: no pool's membership, the pool's countdown about to run out
+# at an unlink (its full check runs first, with the queue's), or anything check mode or the
+# pool's clauses would look into. They read and write nothing else; a passing unlink ticks
+# the pool's countdown, as before_unlink would have. Check mode's own countdown plays no
+# part on a pool's queue (pool_queue_period): its operations tick it, never to run out.
 
 
 def _cache_of(link: object) -> Any:
@@ -434,9 +476,8 @@ def _cache_of(link: object) -> Any:
 def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a return a test
     """The count once the first ``n`` blocks have left, if they may: sound links, P1-P3, P5."""
     link = queue._pool_link
-    until = queue._until_full_check
     until_pool = queue._until_pool_check
-    if type(queue._members) is not PoolMembership or until[0] <= 1 or until_pool[0] <= 1:
+    if type(queue._members) is not PoolMembership or until_pool[0] <= 1:
         return None
     count: int = _true_count(queue)
     if type(n) is not int or not 0 <= n <= count:
@@ -470,7 +511,6 @@ def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a
             return None
     except Exception:  # a link that is no block: damage, which check mode's operation names
         return None
-    until[0] -= 1
     until_pool[0] -= 1
     return count - n
 
@@ -478,9 +518,8 @@ def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a
 def _removal_count(queue: Any, block: Any) -> int | None:
     """The count before ``block`` leaves, if it may: a linked block of the pool, P1-P3, P5."""
     link = queue._pool_link
-    until = queue._until_full_check
     until_pool = queue._until_pool_check
-    if type(queue._members) is not PoolMembership or until[0] <= 1 or until_pool[0] <= 1:
+    if type(queue._members) is not PoolMembership or until_pool[0] <= 1:
         return None
     try:
         cache = _cache_of(link)
@@ -504,7 +543,6 @@ def _removal_count(queue: Any, block: Any) -> int | None:
             return None
     except Exception:  # no links (a detached block has None), or not a block at all
         return None
-    until[0] -= 1
     until_pool[0] -= 1
     count: int = _true_count(queue)
     return count
@@ -513,8 +551,7 @@ def _removal_count(queue: Any, block: Any) -> int | None:
 def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | None:  # noqa: PLR0911
     """The count before ``blocks`` join at one end, if they may: detached, P1-P3, P5, sound."""
     link = queue._pool_link
-    until = queue._until_full_check
-    if type(queue._members) is not PoolMembership or until[0] <= 1:
+    if type(queue._members) is not PoolMembership:
         return None
     count: int = _true_count(queue)
     try:
@@ -556,7 +593,6 @@ def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | No
                 return None
     except Exception:  # an item with no such fields: check mode's operation says which
         return None
-    until[0] -= 1
     return count
 
 

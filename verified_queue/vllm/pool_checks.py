@@ -35,7 +35,8 @@ check, O(pool), runs only where vLLM's pool is between two of its operations: at
 the start of an unlink (``popleft``, ``popleft_n``, ``remove``: the first thing
 ``get_new_blocks`` and ``touch`` do to the pool), every ``full_check_every``
 unlinks (adaptive: ``max(1000, number of blocks)``, so O(1) amortized), and when
-called (:func:`check_block_pool`, the queues' ``check_block_pool``).
+called (:func:`check_block_pool`, the queues' ``check_block_pool``). The queues
+run check mode's full check of the queue there, first, and nowhere else.
 
 A violation is an :class:`~verified_queue.errors.InvariantViolation` of the family
 ``block_pool`` whose ``clause`` is the P-number, naming the block; ``blocks`` holds
@@ -56,7 +57,14 @@ from typing import Any, Final
 from verified_queue.errors import InvariantViolation
 from verified_queue.invariants import describe, is_block, violation
 
-__all__ = ["FULL_CHECK", "PoolLayoutError", "check_block_pool", "check_moving", "pool_link_of"]
+__all__ = [
+    "FULL_CHECK",
+    "PoolLayoutError",
+    "check_block_pool",
+    "check_moving",
+    "pool_is_built",
+    "pool_link_of",
+]
 
 #: This module's frames are the library's (see ``verified_queue._trace_records``).
 __trace_library__ = True
@@ -192,6 +200,20 @@ def _name_pool(link: object) -> str:
 # The full check.
 
 
+def pool_is_built(link: object) -> bool:
+    """Whether ``link`` names a pool there is to check: not gone, out of its ``__init__``.
+
+    vLLM's ``BlockPool.__init__`` takes its null block from the queue (an unlink)
+    before it sets ``null_block`` and its prefix cache.
+
+    Runtime complexity: O(1)
+    """
+    pool = _pool_of(link)
+    return pool is not None and all(
+        hasattr(pool, name) for name in ("null_block", "blocks", "cached_block_hash_to_block")
+    )
+
+
 def check_block_pool(link: object, members: dict[int, Any], where: str = FULL_CHECK) -> bool:
     """P1, P2, P3, P5 over the whole pool ``link`` names, whose free queue holds ``members``.
 
@@ -202,15 +224,12 @@ def check_block_pool(link: object, members: dict[int, Any], where: str = FULL_CH
 
     Runtime complexity: O(blocks of the pool + entries of its prefix cache)
     """
-    pool = _pool_of(link)
-    if pool is None:
+    if not pool_is_built(link):
         return False
-    try:
-        null_block = pool.null_block
-        blocks = pool.blocks
-        cache = pool.cached_block_hash_to_block
-    except AttributeError:
-        return False  # still in vLLM's BlockPool.__init__
+    pool = _pool_of(link)
+    null_block = pool.null_block
+    blocks = pool.blocks
+    cache = pool.cached_block_hash_to_block
     extra_hashes: dict[int, Any] = getattr(pool, "cached_block_hashes_by_block", {})
     free = 0
     for index, block in enumerate(blocks):

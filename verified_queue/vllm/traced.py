@@ -93,6 +93,7 @@ class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
     _checked_append_n = vars(VllmCheckedFreeBlockQueue)["append_n"]
     _checked_prepend_n = vars(VllmCheckedFreeBlockQueue)["prepend_n"]
     _chain_is_membership = vars(VllmCheckedFreeBlockQueue)["_chain_is_membership"]
+    _next_period = vars(VllmCheckedFreeBlockQueue)["_next_period"]
 
     def __init__(
         self,
