@@ -386,10 +386,12 @@ SEEN_BY: dict[str, str] = {
     "pool's queue with no full check due",
     "pool_queue_fast_path_keeps_the_pools_countdown": "count the unlinks to the next full check "
     "of a pool's queue, or run one more unlink than its period",
-    "pool_queue_full_check_leaves_out_the_queue": "damage a pool queue's chain (or its own count) "
-    "where only the full check sees it, and run the pool's full check",
     "pool_queue_fast_path_trusts_the_count_to_the_tail": "raise a pool queue's own count above its "
     "chain and take the whole chain",
+    "pool_queue_full_check_leaves_out_the_queue": "damage a pool queue's chain (or its own count) "
+    "where only the full check sees it, and run the pool's full check",
+    "pool_queue_keeps_the_production_counter": "run an operation of a pool's checked queue on the "
+    "pure build, then write vLLM's counter from outside and read it or check the queue",
     "trace_history_ignores_weak_holders": "ask a traced queue for the record of a departed block "
     "that takes weak references",
     "trace_taken_since_compared_backwards": "free a block into a traced queue it left while it is "

@@ -248,8 +248,10 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "pool queue",
         _ADAPTER,
         "_joining_count",
-        "            key = block.block_hash\n            if key is not None and not "
-        "cache.contain(key, block.block_id):\n                return None\n",
+        "            key = block.block_hash\n            if key is not None:\n"
+        "                cache = _cache_of(link) if cache is None else cache\n"
+        "                if not cache.contain(key, block.block_id):\n"
+        "                    return None\n",
         "",
         "the one-pass test of a join forgets P3: a block whose hash is not cached joins",
     ),
@@ -257,8 +259,8 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "pool queue",
         _ADAPTER,
         "_joining_count",
-        "                or block.ref_cnt != 0\n                or block.is_null\n",
-        "                or block.ref_cnt != 0\n",
+        "            if block.ref_cnt != 0 or block.is_null or block.pool is not link:\n",
+        "            if block.ref_cnt != 0 or block.pool is not link:\n",
         "the one-pass test of a join forgets P1: the null block joins the free queue",
     ),
     "pool_queue_fast_path_removes_a_held_block": SourceBug(
@@ -295,6 +297,15 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "",
         "the pool's full check no longer runs the queue's, which has no countdown of its own on "
         "a pool's queue: damage to the chain only the full check sees is never reported",
+    ),
+    "pool_queue_keeps_the_production_counter": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "_run_production",
+        "    finally:\n        queue.__class__ = VllmCheckedFreeBlockQueue\n",
+        "    finally:\n        pass\n",
+        "after its first production operation the queue keeps the class with the plain counter: "
+        "an outside write of vLLM's counter sets the true count (pure build)",
     ),
     # -- the trace level
     "trace_history_ignores_weak_holders": SourceBug(

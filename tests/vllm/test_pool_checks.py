@@ -453,6 +453,26 @@ def test_vllms_unlinks_count_toward_the_full_check(wheel: Path, mode: str) -> No
 
 
 @pytest.mark.parametrize("mode", ["checked", "trace"])
+def test_vllms_counter_written_after_the_pool_has_run_is_an_offset(wheel: Path, mode: str) -> None:
+    """vLLM's offloading test fakes a full pool once the pool has run; then writes it back.
+
+    After a step on the one-pass path the write still offsets the counter vLLM reads
+    and leaves the true count alone; the pool runs on its true count.
+    """
+    pool = build_pool(load_vllm(wheel), mode)
+    queue = pool.free_block_queue
+    pool.free_blocks(pool.get_new_blocks(2))
+    free = len(queue)
+    queue.num_free_blocks = 0
+    assert (pool.get_num_free_blocks(), queue.count_offset, len(queue)) == (0, -free, free)
+    with pytest.raises(ValueError, match="Cannot get 1 free blocks"):
+        pool.get_new_blocks(1)  # the pool looks full to vLLM, as the test means it to
+    queue.num_free_blocks = free
+    assert (pool.get_num_free_blocks(), queue.count_offset) == (free, 0)
+    assert queue.check_block_pool() is True
+
+
+@pytest.mark.parametrize("mode", ["checked", "trace"])
 def test_a_count_above_the_chain_is_reported_when_vllm_takes_every_block(
     wheel: Path, mode: str
 ) -> None:

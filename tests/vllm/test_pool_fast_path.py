@@ -32,7 +32,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from tests.vllm.test_checked_adapter_edges import PrefixCache, StandInBlock
-from verified_queue import InvariantViolation, QueueError, WrongTypeError
+from verified_queue import (
+    COMPILED,
+    AlreadyInQueueError,
+    InvariantViolation,
+    QueueError,
+    WrongTypeError,
+)
 from verified_queue._messages import batch_argument
 from verified_queue.checked import _NEVER, CheckedFreeBlockQueue
 from verified_queue.queue import FreeBlockQueue
@@ -899,16 +905,17 @@ class DuckBlock:
 
 
 @pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
-def test_under_the_compiled_builds_rule_only_blocks_take_the_one_pass_path(
+def test_a_batch_the_production_queue_refuses_is_answered_by_check_modes_own_path(
     kind: type[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The compiled build links ``Block`` subclasses only: anything else is check mode's to refuse.
+    """The one-pass test leaves a join's links and type to the production queue.
 
-    The rule is read from ``COMPILED``, set here on either build.
+    A block linked already (either build) and one that is no ``Block`` (the compiled
+    build links ``Block`` subclasses only): the production operation refuses the batch
+    whole, and check mode's own operation answers it, the countdown ticked once.
     """
     pool = built(kind)
     queue = pool.queue
-    monkeypatch.setattr(checked_module, "COMPILED", True)
     ran: list[str] = []
     own_path = checked_module._checked_append_n
 
@@ -920,10 +927,17 @@ def test_under_the_compiled_builds_rule_only_blocks_take_the_one_pass_path(
     block = queue.popleft_n(1)[0]
     queue.append_n([block])
     assert ran == []
-    duck = DuckBlock(SIZE, pool.link)
-    with pytest.raises(QueueError):
-        queue.append_n([duck])
-    assert ran == ["own path"]
+    refused: list[tuple[object, type[QueueError]]] = [(block, AlreadyInQueueError)]
+    if COMPILED:
+        refused.append((DuckBlock(SIZE, pool.link), WrongTypeError))
+    for item, error in refused:
+        until = queue._until_full_check[0]
+        before = links(pool)
+        with pytest.raises(error):
+            queue.append_n([item])
+        assert ran.pop() == "own path"
+        assert queue._until_full_check[0] == until - 1
+        assert links(pool) == before
 
 
 @pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])

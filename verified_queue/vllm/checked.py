@@ -16,7 +16,7 @@ from typing import Any, Final, SupportsIndex
 
 from verified_queue import _diagnosis
 from verified_queue._messages import batch_argument
-from verified_queue.block import COMPILED, Block
+from verified_queue.block import COMPILED
 
 # _NEVER: check mode's countdown when the period is off, the pool's too (one definition).
 from verified_queue.checked import _NEVER, MIN_FULL_CHECK_PERIOD, CheckedFreeBlockQueue
@@ -87,9 +87,12 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     neighbours, everything check mode and the pool's clauses would test of a
     healthy queue; when every test passes it links, and when one fails it runs
     check mode's operation, which names the fault or does what the caller's
-    error calls for, exactly as before. What this view cannot see at once, and
-    when it is caught, :mod:`verified_queue.vllm.pool_membership` says; ``len``
-    and iteration read it in O(blocks of the pool).
+    error calls for, exactly as before. (A join leaves its blocks' links and
+    type to the production operation, which tests them anyway and refuses the
+    batch whole; refused, it is check mode's operation that answers.) What
+    this view cannot see at once, and when it is caught,
+    :mod:`verified_queue.vllm.pool_membership` says; ``len`` and iteration
+    read it in O(blocks of the pool).
 
     **The counter.**
 
@@ -103,7 +106,9 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     caught; vLLM reads ``true count + offset``, which every link and unlink
     moves as it would move vLLM's counter; writing the true count back (or
     the counter reaching it) clears the offset. Code of this package always
-    sees the true count.
+    sees the true count: the production operation, which reads and writes it
+    at each call, does so through the class it wears while it runs on the pure
+    build (:class:`_ProductionCounter`), past the property.
     """
 
     __slots__ = ("_count_offset", "_pool_link", "_pool_size", "_until_pool_check")
@@ -139,7 +144,10 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         left = _front_run_count(self, 1)
         if left is not None:
             try:
-                block = self._super_popleft()
+                if self.__class__ is _WEARS_PRODUCTION_COUNTER:
+                    block = _run_production(self, self._super_popleft)
+                else:
+                    block = self._super_popleft()
                 _front_after(self, left, "the end of popleft()")
             except QueueError:
                 raise
@@ -159,7 +167,10 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         left = _front_run_count(self, n)
         if left is not None:
             try:
-                popped: list[Any] = self._super_popleft_n(n)
+                if self.__class__ is _WEARS_PRODUCTION_COUNTER:
+                    popped: list[Any] = _run_production(self, self._super_popleft_n, n)
+                else:
+                    popped = self._super_popleft_n(n)
                 _front_after(self, left, "the end of popleft_n()")
             except QueueError:
                 raise
@@ -181,7 +192,10 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
             before = block.prev_free_block
             after = block.next_free_block
             try:
-                self._super_remove(block)
+                if self.__class__ is _WEARS_PRODUCTION_COUNTER:
+                    _run_production(self, self._super_remove, block)
+                else:
+                    self._super_remove(block)
                 _diagnosis.expect_joined(self, before, after, "the end of remove()")
                 _count_after(self, count - 1, "the end of remove()")
             except QueueError:
@@ -204,14 +218,14 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         if count is not None:
             try:
                 before = self.fake_free_list_tail.prev_free_block
-                self._super_append(block)
-                _back_after(self, before, batch, count + 1, "the end of append()")
+                if _joined_by_production(self, self._super_append, block):
+                    _back_after(self, before, batch, count + 1, "the end of append()")
+                    return
             except QueueError:
                 raise
             except Exception as error:
                 # Damage outside code did (see verified_queue.checked): never a raw error.
                 raise _diagnosis.damaged(self, "append()", error) from error
-            return
         check_moving(self._pool_link, (block,), "the start of append()", joining=True)
         _checked_append(self, block)
 
@@ -228,14 +242,14 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
                 return  # nothing to link (vLLM's free_blocks, most steps): the back was tested
             try:
                 before = self.fake_free_list_tail.prev_free_block
-                self._super_append_n(batch)
-                _back_after(self, before, batch, count + len(batch), "the end of append_n()")
+                if _joined_by_production(self, self._super_append_n, batch):
+                    _back_after(self, before, batch, count + len(batch), "the end of append_n()")
+                    return
             except QueueError:
                 raise
             except Exception as error:
                 # Damage outside code did (see verified_queue.checked): never a raw error.
                 raise _diagnosis.damaged(self, "append_n()", error) from error
-            return
         check_moving(self._pool_link, batch, "the start of append_n()", joining=True)
         _checked_append_n(self, batch)
 
@@ -252,14 +266,14 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
                 return  # nothing to link (vLLM's free_blocks, most steps): the front was tested
             try:
                 after = self.fake_free_list_head.next_free_block
-                self._super_prepend_n(batch)
-                _front_joined(self, batch, after, count + len(batch), "the end of prepend_n()")
+                if _joined_by_production(self, self._super_prepend_n, batch):
+                    _front_joined(self, batch, after, count + len(batch), "the end of prepend_n()")
+                    return
             except QueueError:
                 raise
             except Exception as error:
                 # Damage outside code did (see verified_queue.checked): never a raw error.
                 raise _diagnosis.damaged(self, "prepend_n()", error) from error
-            return
         check_moving(self._pool_link, batch, "the start of prepend_n()", joining=True)
         _checked_prepend_n(self, batch)
 
@@ -326,6 +340,72 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     def count_offset(self) -> int:
         """How far vLLM's counter stands from the true count (0 unless written from outside)."""
         return self._count_offset
+
+
+class _ProductionCounter(VllmCheckedFreeBlockQueue):
+    """:class:`VllmCheckedFreeBlockQueue` as the production queue's code sees it (pure build).
+
+    Its ``num_free_blocks`` is the production class's own storage, not vLLM's
+    counter: the production operation's reads and writes of the count are this
+    package's own, which the property finds so by a look at the caller's frame
+    each time (on vLLM's step of 10 blocks, more than a fifth of check mode's
+    time). A queue wears this class only inside :func:`_run_production`.
+    """
+
+    __slots__ = ()
+
+    num_free_blocks = _COUNT
+
+
+#: The class whose queues wear :class:`_ProductionCounter` while the production operation
+#: runs; none on the compiled build, whose queue writes its count as a C field, past any
+#: property of a subclass.
+_WEARS_PRODUCTION_COUNTER: Final = None if COMPILED else VllmCheckedFreeBlockQueue
+#: What ``popleft`` passes to :func:`_run_production`: no argument at all.
+_NO_ARGUMENT: Final = object()
+
+
+def _run_production(queue: Any, operation: Any, argument: Any = _NO_ARGUMENT) -> Any:
+    """``operation(argument)``, a production operation bound to ``queue``, its count at slot speed.
+
+    ``popleft``, which takes no argument, is called with none.
+
+    Called for a queue of exactly :class:`VllmCheckedFreeBlockQueue` (the
+    operations test that inline, so that the compiled build, where no queue
+    changes class, pays no call for it; a subclass may add slots), which
+    changes class only with no offset (with one, the property's answer is not
+    the slot's), for the operation's time: a finalizer that reads vLLM's
+    counter then reads what the property would give. One that writes it then
+    writes the count itself, which the count test at the end of the operation
+    reports, as it would report any damage.
+    """
+    if queue._count_offset != 0:
+        return operation() if argument is _NO_ARGUMENT else operation(argument)
+    try:
+        queue.__class__ = _ProductionCounter  # inside the try: an interrupt finds it undone
+        return operation() if argument is _NO_ARGUMENT else operation(argument)
+    finally:
+        queue.__class__ = VllmCheckedFreeBlockQueue
+
+
+def _joined_by_production(queue: Any, operation: Any, batch: Any) -> bool:
+    """Have the production queue join ``batch`` (``operation``, bound); ``False`` if it refused.
+
+    The one-pass test of a join leaves the batch's links and its type to the
+    production operation, which refuses a block linked already (I4) or one this
+    build cannot link before it changes anything. Refused, the queue and every
+    block are as they were, and check mode's operation then answers the batch:
+    with that same error, or with the damage a block linked by hand shows it
+    (a member its count does not hold).
+    """
+    try:
+        if queue.__class__ is _WEARS_PRODUCTION_COUNTER:
+            _run_production(queue, operation, batch)
+        else:
+            operation(batch)
+    except QueueError:
+        return False
+    return True
 
 
 # Check mode's operations, resolved once (a super() call builds a proxy on 3.10 and 3.11),
@@ -483,7 +563,7 @@ def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a
     if type(n) is not int or not 0 <= n <= count:
         return None  # check mode's operation raises the production queue's error, if any
     try:
-        cache = _cache_of(link)
+        cache = None  # the prefix cache, read at the first block with a hash
         head = queue.fake_free_list_head
         if head.prev_free_block is not None:
             return None
@@ -499,8 +579,10 @@ def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a
             ):
                 return None
             key = node.block_hash
-            if key is not None and not cache.contain(key, node.block_id):
-                return None
+            if key is not None:
+                cache = _cache_of(link) if cache is None else cache
+                if not cache.contain(key, node.block_id):
+                    return None
             previous = node
             node = node.next_free_block
         # The node after the run, whose back link the operation rewrites.
@@ -522,14 +604,12 @@ def _removal_count(queue: Any, block: Any) -> int | None:
     if type(queue._members) is not PoolMembership or until_pool[0] <= 1:
         return None
     try:
-        cache = _cache_of(link)
+        key = block.block_hash
         if (
             block.pool is not link
             or block.ref_cnt != 0
             or block.is_null
-            or (
-                block.block_hash is not None and not cache.contain(block.block_hash, block.block_id)
-            )
+            or (key is not None and not _cache_of(link).contain(key, block.block_id))
         ):
             return None
         before = block.prev_free_block
@@ -549,13 +629,13 @@ def _removal_count(queue: Any, block: Any) -> int | None:
 
 
 def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | None:  # noqa: PLR0911
-    """The count before ``blocks`` join at one end, if they may: detached, P1-P3, P5, sound."""
+    """The count before ``blocks`` join at one end, if they may: P1-P3, P5, a sound end."""
     link = queue._pool_link
     if type(queue._members) is not PoolMembership:
         return None
     count: int = _true_count(queue)
     try:
-        cache: Any = _cache_of(link) if blocks else None  # an empty batch reads no hash
+        cache: Any = None  # the prefix cache, read at the first block with a hash
         head = queue.fake_free_list_head
         tail = queue.fake_free_list_tail
         if head.prev_free_block is not None or tail.next_free_block is not None:
@@ -577,20 +657,17 @@ def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | No
             elif end.next_free_block is not tail or end.pool is not link:
                 return None
         for block in blocks:
-            # Linkable in this build (check mode's has_unlinkable), detached (I4, and so
-            # no member), then P2, P1, P5, P3 (check_moving's).
-            if (
-                (COMPILED and not issubclass(type(block), Block))
-                or block.prev_free_block is not None
-                or block.next_free_block is not None
-                or block.ref_cnt != 0
-                or block.is_null
-                or block.pool is not link
-            ):
+            # P2, P1, P5, P3 (check_moving's). A block this build cannot link, or one linked
+            # already (I4; on a pool's queue, so a member), the production operation refuses
+            # whole before it changes anything, and check mode's operation then answers the
+            # batch (_joined_by_production).
+            if block.ref_cnt != 0 or block.is_null or block.pool is not link:
                 return None
             key = block.block_hash
-            if key is not None and not cache.contain(key, block.block_id):
-                return None
+            if key is not None:
+                cache = _cache_of(link) if cache is None else cache
+                if not cache.contain(key, block.block_id):
+                    return None
     except Exception:  # an item with no such fields: check mode's operation says which
         return None
     return count
@@ -598,7 +675,9 @@ def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | No
 
 # After a linking operation on the healthy path: the links it wrote and the count, each
 # failure handed to check mode's diagnosis, which names it (a fault of the production
-# queue, or damage done while it ran).
+# queue, or damage done while it ran). The tests of _count_after and of
+# _diagnosis.expect_joined are inline where an operation of vLLM's step runs them: a call
+# each costs more than the test.
 
 
 def _count_after(queue: Any, expected: int, where: str) -> None:
@@ -612,7 +691,8 @@ def _front_after(queue: Any, expected: int, where: str) -> None:
     head = queue.fake_free_list_head
     if head.next_free_block.prev_free_block is not head:
         _diagnosis.check_front(queue, queue._members, where)
-    _count_after(queue, expected, where)
+    if _true_count(queue) != expected:
+        _diagnosis.expect_count(queue, queue._members, where)
 
 
 def _back_after(queue: Any, before: Any, batch: list[Any], expected: int, where: str) -> None:
@@ -620,8 +700,11 @@ def _back_after(queue: Any, before: Any, batch: list[Any], expected: int, where:
     tail = queue.fake_free_list_tail
     if tail.prev_free_block is not batch[-1] or tail.next_free_block is not None:
         _diagnosis.check_back(queue, queue._members, where)
-    _diagnosis.expect_joined(queue, before, batch[0], where)
-    _count_after(queue, expected, where)
+    first = batch[0]
+    if before.next_free_block is not first or first.prev_free_block is not before:
+        _diagnosis.expect_joined(queue, before, first, where)
+    if _true_count(queue) != expected:
+        _diagnosis.expect_count(queue, queue._members, where)
 
 
 def _front_joined(queue: Any, batch: list[Any], after: Any, expected: int, where: str) -> None:
@@ -629,5 +712,8 @@ def _front_joined(queue: Any, batch: list[Any], after: Any, expected: int, where
     head = queue.fake_free_list_head
     if head.next_free_block is not batch[0] or head.prev_free_block is not None:
         _diagnosis.check_front(queue, queue._members, where)
-    _diagnosis.expect_joined(queue, batch[-1], after, where)
-    _count_after(queue, expected, where)
+    last = batch[-1]
+    if last.next_free_block is not after or after.prev_free_block is not last:
+        _diagnosis.expect_joined(queue, last, after, where)
+    if _true_count(queue) != expected:
+        _diagnosis.expect_count(queue, queue._members, where)
