@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -61,13 +61,22 @@ NUM_BLOCKS = 10
 PREFIXES = 3
 
 
+@pytest.fixture(autouse=True)
+def plugin_undone_after_the_test() -> Iterator[None]:
+    """Each test's plugin, installed by :func:`build_pool`, is undone when the test ends."""
+    yield
+    plugin.uninstall()
+
+
 def build_pool(code: VllmCode, mode: str, num_blocks: int = NUM_BLOCKS) -> Any:
-    """vLLM's BlockPool (prefix caching on) built on the queue of ``mode``, plugin undone after."""
+    """vLLM's BlockPool (prefix caching on) built on the queue of ``mode``.
+
+    The plugin stays installed for the rest of the test, as it stays in a vLLM
+    process: vLLM 0.33.0's prefix cache tests a block's class against the name its
+    module binds, which on the compiled build is the block class the plugin derives.
+    """
     plugin.install(mode, code.kv_cache_utils, code.block_pool, compiled=verified_queue.COMPILED)
-    try:
-        pool = code.BlockPool(num_blocks, True, BLOCK_SIZE)
-    finally:
-        plugin.uninstall()
+    pool = code.BlockPool(num_blocks, True, BLOCK_SIZE)
     queue = pool.free_block_queue
     assert isinstance(queue, (VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue))
     # The whole pool checked at every unlink, from now on.
