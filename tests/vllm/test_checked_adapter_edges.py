@@ -83,6 +83,12 @@ def pool_queue(
     return pool, queue
 
 
+def point_the_last_back_link_astray(queue: Any) -> None:
+    """Damage only a full check sees: the last block's back link names the block two before."""
+    last = queue.fake_free_list_tail.prev_free_block
+    last.prev_free_block = last.prev_free_block.prev_free_block
+
+
 def take(queue: Any, count: int) -> list[Any]:
     """Blocks taken for a request, as vLLM's get_new_blocks takes them."""
     blocks: list[Any] = queue.popleft_n(count)
@@ -451,8 +457,7 @@ def test_the_queues_full_check_runs_with_the_pools_at_every_kth_unlink(
     """
     pool, queue = pool_queue(kind, full_check_every=4)
     assert queue.check_block_pool() is True  # the period starts here
-    last = queue.fake_free_list_tail.prev_free_block
-    last.prev_free_block = last.prev_free_block.prev_free_block  # two blocks back
+    point_the_last_back_link_astray(queue)
     for _ in range(3):  # unlinks 1 to 3, each followed by joins
         taken = take(queue, 1)
         taken[0].ref_cnt = 0

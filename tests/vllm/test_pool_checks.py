@@ -44,6 +44,7 @@ from tests.vllm.pool_faults import (
     queued_through_two_paths,
     request_of,
 )
+from tests.vllm.test_checked_adapter_edges import point_the_last_back_link_astray
 from verified_queue import AlreadyInQueueError, InvariantViolation
 from verified_queue.queue import FreeBlockQueue  # the production class, whatever the level
 from verified_queue.vllm import plugin
@@ -434,12 +435,6 @@ def raise_the_queues_own_count(queue: Any) -> int:
     linked: int = count_slot.__get__(queue)
     count_slot.__set__(queue, linked + 1)
     return linked
-
-
-def point_the_last_back_link_astray(queue: Any) -> None:
-    """Damage only a full check sees: the last block's back link names the block two before."""
-    last = queue.fake_free_list_tail.prev_free_block
-    last.prev_free_block = last.prev_free_block.prev_free_block
 
 
 @pytest.mark.parametrize("mode", ["checked", "trace"])

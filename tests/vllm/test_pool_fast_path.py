@@ -60,8 +60,6 @@ from verified_queue.vllm.pool_membership import PoolMembership
 from verified_queue.vllm.traced import VllmTracedFreeBlockQueue
 
 SIZE = 6  # block 0 is the null block
-#: Check mode's countdown when it never runs out.
-NEVER: int = _NEVER
 #: The production class's own storage of the count: the true count, past vLLM's counter.
 COUNT_SLOT: Any = vars(FreeBlockQueue)["num_free_blocks"]
 
@@ -702,7 +700,7 @@ def test_a_full_check_runs_at_the_unlink_the_pools_countdown_names(
     due = until_pool == 1 and unlinks
     assert ran == (["pool's full check", "queue's full check", "own path"] if due else [])
     # The queue's full check restarts check mode's countdown at never; its operation ticks it.
-    assert queue._until_full_check[0] == (NEVER - 1 if due else until)
+    assert queue._until_full_check[0] == (_NEVER - 1 if due else until)
     if unlinks:
         assert queue._until_pool_check[0] == (until_pool - 1 if until_pool > 1 else 1000)
     else:

@@ -348,8 +348,7 @@ class _ProductionCounter(VllmCheckedFreeBlockQueue):
     Its ``num_free_blocks`` is the production class's own storage, not vLLM's
     counter: the production operation's reads and writes of the count are this
     package's own, which the property finds so by a look at the caller's frame
-    each time (on vLLM's step of 10 blocks, more than a fifth of check mode's
-    time). A queue wears this class only inside :func:`_run_production`.
+    each time. A queue wears this class only inside :func:`_run_production`.
     """
 
     __slots__ = ()
