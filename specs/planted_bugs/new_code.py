@@ -298,15 +298,6 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "the pool's full check no longer runs the queue's, which has no countdown of its own on "
         "a pool's queue: damage to the chain only the full check sees is never reported",
     ),
-    "pool_queue_keeps_the_production_counter": SourceBug(
-        "pool queue",
-        _ADAPTER,
-        "_run_production",
-        "    finally:\n        queue.__class__ = VllmCheckedFreeBlockQueue\n",
-        "    finally:\n        pass\n",
-        "after its first production operation the queue keeps the class with the plain counter: "
-        "an outside write of vLLM's counter sets the true count (pure build)",
-    ),
     # -- the trace level
     "trace_history_ignores_weak_holders": SourceBug(
         "trace",

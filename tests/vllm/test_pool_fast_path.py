@@ -19,6 +19,7 @@ which the two memberships see at different times (:mod:`verified_queue.vllm.pool
 
 from __future__ import annotations
 
+import dis
 import gc
 import re
 import weakref
@@ -488,9 +489,14 @@ def test_healthy_operations_take_the_one_pass_path(
     """With no full check due, no healthy operation runs check mode's own (slower) path."""
 
     pool = built(kind)  # its first unlink checks the whole pool, through check mode's path
-    queue = pool.queue
     for name in LINKING_PATHS:
         monkeypatch.setattr(checked_module, name, refuse_own_path)
+    every_healthy_operation(pool)
+
+
+def every_healthy_operation(pool: Pool) -> None:
+    """Each of the six linking operations on ``pool``'s queue, healthy, at every place."""
+    queue = pool.queue
     first, second, third = queue.popleft_n(3)
     assert queue.popleft_n(0) == []
     third.block_hash = b"cached"
@@ -503,7 +509,7 @@ def test_healthy_operations_take_the_one_pass_path(
     queue.remove(third)  # a hit on the cached block, from the middle
     queue.append(third)
     assert queue.popleft() is second
-    taken = queue.popleft_n(len(queue))  # the whole chain, to the tail
+    taken = queue.popleft_n(len(chain(queue)))  # the whole chain, to the tail
     assert [block.block_id for block in taken] == [4, 5, first.block_id, third.block_id]
     assert chain(queue) == []
     queue.prepend_n(taken[:2])  # to an empty queue's front
@@ -514,6 +520,47 @@ def test_healthy_operations_take_the_one_pass_path(
     queue.remove(taken[-1])  # the last block, before the tail
     assert queue.popleft() is taken[0]
     assert chain(queue) == [block.block_id for block in taken[1:-1]]
+
+
+def test_the_one_pass_path_counts_past_vllms_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No healthy operation reads or writes vLLM's counter, the production ones included.
+
+    They count in the production class's own storage: a C field compiled, and
+    ``_true_free_blocks`` in the production operations renamed for the pure build.
+    """
+
+    def untouched(*_: object) -> None:
+        raise AssertionError("vLLM's counter read or written")
+
+    pool = built()
+    monkeypatch.setattr(
+        VllmCheckedFreeBlockQueue, "num_free_blocks", property(untouched, untouched)
+    )
+    every_healthy_operation(pool)
+    monkeypatch.undo()
+    assert pool.queue.num_free_blocks == len(chain(pool.queue))
+    pool.queue.full_check()  # raises at any damage
+
+
+@pytest.mark.skipif(COMPILED, reason="compiled, the production operations are C code")
+@pytest.mark.parametrize(
+    "name", ["popleft", "popleft_n", "remove", "append", "append_n", "prepend_n"]
+)
+def test_the_renamed_production_operations_run_the_production_code(name: str) -> None:
+    """The same bytecode, constants and lines; only the count's name differs, an attribute only."""
+    original = getattr(FreeBlockQueue, name).__code__
+    renamed = vars(VllmCheckedFreeBlockQueue)[f"_super_{name}"].__code__
+    assert renamed is not original
+    assert (renamed.co_code, renamed.co_consts) == (original.co_code, original.co_consts)
+    assert list(dis.findlinestarts(renamed)) == list(dis.findlinestarts(original))
+    changed = {
+        (before, after)
+        for before, after in zip(original.co_names, renamed.co_names, strict=True)
+        if before != after
+    }
+    assert changed == {("num_free_blocks", "_true_free_blocks")}
+    uses = {i.opname for i in dis.get_instructions(original) if i.argval == "num_free_blocks"}
+    assert uses <= {"LOAD_ATTR", "STORE_ATTR"}, uses
 
 
 #: Check mode's own linking operations, which the one-pass path stands aside for.

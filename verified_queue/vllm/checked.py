@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import types
 import weakref
 from collections.abc import Iterable
 from typing import Any, Final, SupportsIndex
@@ -41,9 +42,8 @@ __trace_library__ = True
 _OWN_MODULE_PREFIX: Final = "verified_queue."
 #: The production class's own storage of the count (a slot, or a compiled attribute).
 _COUNT: Any = vars(FreeBlockQueue)["num_free_blocks"]
-#: The true count of a queue, read from that storage (no owner needed).
-_true_count: Final = _COUNT.__get__
-#: The globals of the production queue's module, whose frames write the count on the pure build.
+#: The globals of the production queue's module, whose frames write the count through the
+#: property on the pure build where the operations are not the renamed ones (the trace level's).
 _PRODUCTION_GLOBALS: Final = vars(sys.modules[FreeBlockQueue.__module__])
 
 
@@ -106,14 +106,16 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     caught; vLLM reads ``true count + offset``, which every link and unlink
     moves as it would move vLLM's counter; writing the true count back (or
     the counter reaching it) clears the offset. Code of this package always
-    sees the true count: the production operation, which reads and writes it
-    at each call, does so through the class it wears while it runs on the pure
-    build (:class:`_ProductionCounter`), past the property.
+    sees the true count: the production operations, which read and write it at
+    each call, do so past the property (compiled, as a C field; pure, as
+    ``_true_free_blocks``, see :func:`_on_the_true_count`).
     """
 
     __slots__ = ("_count_offset", "_pool_link", "_pool_size", "_until_pool_check")
 
     _count_offset: int
+    #: The true count: the production class's storage, under a name vLLM's counter leaves alone.
+    _true_free_blocks: Any = _COUNT
     # The ``pool`` field of the pool's blocks (None: no pool's queue, the clauses are off).
     _pool_link: object
     _pool_size: int
@@ -144,10 +146,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         left = _front_run_count(self, 1)
         if left is not None:
             try:
-                if self.__class__ is _WEARS_PRODUCTION_COUNTER:
-                    block = _run_production(self, self._super_popleft)
-                else:
-                    block = self._super_popleft()
+                block = self._super_popleft()
                 _front_after(self, left, "the end of popleft()")
             except QueueError:
                 raise
@@ -167,10 +166,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         left = _front_run_count(self, n)
         if left is not None:
             try:
-                if self.__class__ is _WEARS_PRODUCTION_COUNTER:
-                    popped: list[Any] = _run_production(self, self._super_popleft_n, n)
-                else:
-                    popped = self._super_popleft_n(n)
+                popped: list[Any] = self._super_popleft_n(n)
                 _front_after(self, left, "the end of popleft_n()")
             except QueueError:
                 raise
@@ -192,10 +188,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
             before = block.prev_free_block
             after = block.next_free_block
             try:
-                if self.__class__ is _WEARS_PRODUCTION_COUNTER:
-                    _run_production(self, self._super_remove, block)
-                else:
-                    self._super_remove(block)
+                self._super_remove(block)
                 _diagnosis.expect_joined(self, before, after, "the end of remove()")
                 _count_after(self, count - 1, "the end of remove()")
             except QueueError:
@@ -218,7 +211,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         if count is not None:
             try:
                 before = self.fake_free_list_tail.prev_free_block
-                if _joined_by_production(self, self._super_append, block):
+                if _joined_by_production(self._super_append, block):
                     _back_after(self, before, batch, count + 1, "the end of append()")
                     return
             except QueueError:
@@ -242,7 +235,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
                 return  # nothing to link (vLLM's free_blocks, most steps): the back was tested
             try:
                 before = self.fake_free_list_tail.prev_free_block
-                if _joined_by_production(self, self._super_append_n, batch):
+                if _joined_by_production(self._super_append_n, batch):
                     _back_after(self, before, batch, count + len(batch), "the end of append_n()")
                     return
             except QueueError:
@@ -266,7 +259,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
                 return  # nothing to link (vLLM's free_blocks, most steps): the front was tested
             try:
                 after = self.fake_free_list_head.next_free_block
-                if _joined_by_production(self, self._super_prepend_n, batch):
+                if _joined_by_production(self._super_prepend_n, batch):
                     _front_joined(self, batch, after, count + len(batch), "the end of prepend_n()")
                     return
             except QueueError:
@@ -320,7 +313,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
     @property
     def num_free_blocks(self) -> int:
         """The true count for this package's code; ``true + offset`` for vLLM and the rest."""
-        true_count: int = _true_count(self)
+        true_count: int = self._true_free_blocks
         offset = self._count_offset
         if offset == 0 or _caller_is_own(2):  # no offset: the same count for every reader
             return true_count
@@ -334,7 +327,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
             return
         if value.__class__ is not int or value < 0:
             raise TypeError(f"num_free_blocks = {value!r}: expected an int >= 0")
-        self._count_offset = value - _true_count(self)
+        self._count_offset = value - self._true_free_blocks
 
     @property
     def count_offset(self) -> int:
@@ -342,52 +335,42 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         return self._count_offset
 
 
-class _ProductionCounter(VllmCheckedFreeBlockQueue):
-    """:class:`VllmCheckedFreeBlockQueue` as the production queue's code sees it (pure build).
+def _on_the_true_count(operation: Any) -> Any:
+    """``operation``, a production method of the pure build, made to count past vLLM's counter.
 
-    Its ``num_free_blocks`` is the production class's own storage, not vLLM's
-    counter: the production operation's reads and writes of the count are this
-    package's own, which the property finds so by a look at the caller's frame
-    each time. A queue wears this class only inside :func:`_run_production`.
+    The same code, run as itself (its file, lines and globals), whose reads
+    and writes of ``self.num_free_blocks`` are of ``self._true_free_blocks``:
+    the production class's own storage, which the subclass's property of
+    vLLM's counter does not shadow. So the production operation counts as the
+    compiled build's does, at slot speed, and never through the property,
+    which looks at the caller's frame at each write. ``num_free_blocks`` is
+    only ever an attribute of ``self`` there
+    (``tests/vllm/test_pool_fast_path.py`` reads the bytecode).
     """
-
-    __slots__ = ()
-
-    num_free_blocks = _COUNT
-
-
-#: The class whose queues wear :class:`_ProductionCounter` while the production operation
-#: runs; none on the compiled build, whose queue writes its count as a C field, past any
-#: property of a subclass.
-_WEARS_PRODUCTION_COUNTER: Final = None if COMPILED else VllmCheckedFreeBlockQueue
-#: What ``popleft`` passes to :func:`_run_production`: no argument at all.
-_NO_ARGUMENT: Final = object()
-
-
-def _run_production(queue: Any, operation: Any, argument: Any = _NO_ARGUMENT) -> Any:
-    """``operation(argument)``, a production operation bound to ``queue``, its count at slot speed.
-
-    ``popleft``, which takes no argument, is called with none.
-
-    Called for a queue of exactly :class:`VllmCheckedFreeBlockQueue` (the
-    operations test that inline, so that the compiled build, where no queue
-    changes class, pays no call for it; a subclass may add slots), which
-    changes class only with no offset (with one, the property's answer is not
-    the slot's), for the operation's time: a finalizer that reads vLLM's
-    counter then reads what the property would give. One that writes it then
-    writes the count itself, which the count test at the end of the operation
-    reports, as it would report any damage.
-    """
-    if queue._count_offset != 0:
-        return operation() if argument is _NO_ARGUMENT else operation(argument)
-    try:
-        queue.__class__ = _ProductionCounter  # inside the try: an interrupt finds it undone
-        return operation() if argument is _NO_ARGUMENT else operation(argument)
-    finally:
-        queue.__class__ = VllmCheckedFreeBlockQueue
+    code: types.CodeType = operation.__code__
+    names = tuple(_TRUE_COUNT if name == "num_free_blocks" else name for name in code.co_names)
+    renamed = types.FunctionType(
+        code.replace(co_names=names),
+        operation.__globals__,
+        operation.__name__,
+        operation.__defaults__,
+        operation.__closure__,
+    )
+    renamed.__qualname__ = operation.__qualname__
+    renamed.__doc__ = operation.__doc__
+    return renamed
 
 
-def _joined_by_production(queue: Any, operation: Any, batch: Any) -> bool:
+#: The name the renamed production operations count under (one definition).
+_TRUE_COUNT: Final = "_true_free_blocks"
+
+if not COMPILED:  # compiled, the operations are C code that writes a C field
+    for _linking in ("popleft", "popleft_n", "remove", "append", "append_n", "prepend_n"):
+        _production = vars(VllmCheckedFreeBlockQueue)[f"_super_{_linking}"]
+        setattr(VllmCheckedFreeBlockQueue, f"_super_{_linking}", _on_the_true_count(_production))
+
+
+def _joined_by_production(operation: Any, batch: Any) -> bool:
     """Have the production queue join ``batch`` (``operation``, bound); ``False`` if it refused.
 
     The one-pass test of a join leaves the batch's links and its type to the
@@ -398,10 +381,7 @@ def _joined_by_production(queue: Any, operation: Any, batch: Any) -> bool:
     (a member its count does not hold).
     """
     try:
-        if queue.__class__ is _WEARS_PRODUCTION_COUNTER:
-            _run_production(queue, operation, batch)
-        else:
-            operation(batch)
+        operation(batch)
     except QueueError:
         return False
     return True
@@ -558,7 +538,7 @@ def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a
     until_pool = queue._until_pool_check
     if type(queue._members) is not PoolMembership or until_pool[0] <= 1:
         return None
-    count: int = _true_count(queue)
+    count: int = queue._true_free_blocks
     if type(n) is not int or not 0 <= n <= count:
         return None  # check mode's operation raises the production queue's error, if any
     try:
@@ -623,7 +603,7 @@ def _removal_count(queue: Any, block: Any) -> int | None:
     except Exception:  # no links (a detached block has None), or not a block at all
         return None
     until_pool[0] -= 1
-    count: int = _true_count(queue)
+    count: int = queue._true_free_blocks
     return count
 
 
@@ -632,7 +612,7 @@ def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | No
     link = queue._pool_link
     if type(queue._members) is not PoolMembership:
         return None
-    count: int = _true_count(queue)
+    count: int = queue._true_free_blocks
     try:
         cache: Any = None  # the prefix cache, read at the first block with a hash
         head = queue.fake_free_list_head
@@ -681,7 +661,7 @@ def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | No
 
 def _count_after(queue: Any, expected: int, where: str) -> None:
     """I2: the true count moved by the blocks the operation moved."""
-    if _true_count(queue) != expected:
+    if queue._true_free_blocks != expected:
         _diagnosis.expect_count(queue, queue._members, where)
 
 
@@ -690,7 +670,7 @@ def _front_after(queue: Any, expected: int, where: str) -> None:
     head = queue.fake_free_list_head
     if head.next_free_block.prev_free_block is not head:
         _diagnosis.check_front(queue, queue._members, where)
-    if _true_count(queue) != expected:
+    if queue._true_free_blocks != expected:
         _diagnosis.expect_count(queue, queue._members, where)
 
 
@@ -702,7 +682,7 @@ def _back_after(queue: Any, before: Any, batch: list[Any], expected: int, where:
     first = batch[0]
     if before.next_free_block is not first or first.prev_free_block is not before:
         _diagnosis.expect_joined(queue, before, first, where)
-    if _true_count(queue) != expected:
+    if queue._true_free_blocks != expected:
         _diagnosis.expect_count(queue, queue._members, where)
 
 
@@ -714,5 +694,5 @@ def _front_joined(queue: Any, batch: list[Any], after: Any, expected: int, where
     last = batch[-1]
     if last.next_free_block is not after or after.prev_free_block is not last:
         _diagnosis.expect_joined(queue, last, after, where)
-    if _true_count(queue) != expected:
+    if queue._true_free_blocks != expected:
         _diagnosis.expect_count(queue, queue._members, where)

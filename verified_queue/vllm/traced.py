@@ -84,6 +84,7 @@ class VllmTracedFreeBlockQueue(TracedFreeBlockQueue[Any]):
     # The same property objects: one definition of vLLM's counter for both modes.
     num_free_blocks = vars(VllmCheckedFreeBlockQueue)["num_free_blocks"]
     count_offset = vars(VllmCheckedFreeBlockQueue)["count_offset"]
+    _true_free_blocks = vars(VllmCheckedFreeBlockQueue)["_true_free_blocks"]
     # The trace level wraps check mode's operations (its _checked_*): here, the ones that
     # check the pool first, so that a pool's violation is explained as any other error.
     _checked_popleft = vars(VllmCheckedFreeBlockQueue)["popleft"]
