@@ -390,6 +390,8 @@ SEEN_BY: dict[str, str] = {
     "chain and take the whole chain",
     "pool_queue_full_check_leaves_out_the_queue": "damage a pool queue's chain (or its own count) "
     "where only the full check sees it, and run the pool's full check",
+    "pool_queue_fast_path_prepends_to_an_empty_chain_miscounted": "raise a pool queue's own "
+    "count while its chain is empty and prepend to it",
     "trace_history_ignores_weak_holders": "ask a traced queue for the record of a departed block "
     "that takes weak references",
     "trace_taken_since_compared_backwards": "free a block into a traced queue it left while it is "

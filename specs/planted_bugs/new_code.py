@@ -238,30 +238,32 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
     "pool_queue_fast_path_takes_a_held_block": SourceBug(
         "pool queue",
         _ADAPTER,
-        "_front_run_count",
-        "                node.prev_free_block is not previous\n"
-        "                or node.ref_cnt != 0\n",
-        "                node.prev_free_block is not previous\n",
+        "VllmCheckedFreeBlockQueue.popleft_n",
+        "                        node.prev_free_block is not previous\n"
+        "                        or node.ref_cnt != 0\n",
+        "                        node.prev_free_block is not previous\n",
         "the one-pass test of `popleft_n` forgets P2: a held block leaves the queue unreported",
     ),
     "pool_queue_fast_path_skips_the_prefix_cache": SourceBug(
         "pool queue",
         _ADAPTER,
-        "_joining_count",
+        "_may_join",
         "            key = block.block_hash\n            if key is not None:\n"
         "                cache = _cache_of(link) if cache is None else cache\n"
         "                if not cache.contain(key, block.block_id):\n"
-        "                    return None\n",
+        "                    return False\n",
         "",
-        "the one-pass test of a join forgets P3: a block whose hash is not cached joins",
+        "the one-pass test of `append` and `append_n` forgets P3: a block whose hash is not "
+        "cached joins",
     ),
     "pool_queue_fast_path_lets_the_null_block_join": SourceBug(
         "pool queue",
         _ADAPTER,
-        "_joining_count",
-        "            if block.ref_cnt != 0 or block.is_null or block.pool is not link:\n",
-        "            if block.ref_cnt != 0 or block.pool is not link:\n",
-        "the one-pass test of a join forgets P1: the null block joins the free queue",
+        "VllmCheckedFreeBlockQueue.prepend_n",
+        "                        if block.ref_cnt != 0 or block.is_null"
+        " or block.pool is not link:\n",
+        "                        if block.ref_cnt != 0 or block.pool is not link:\n",
+        "the one-pass test of `prepend_n` forgets P1: the null block joins the free queue",
     ),
     "pool_queue_fast_path_removes_a_held_block": SourceBug(
         "pool queue",
@@ -274,18 +276,18 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
     "pool_queue_fast_path_keeps_the_pools_countdown": SourceBug(
         "pool queue",
         _ADAPTER,
-        "_front_run_count",
-        "    until_pool[0] -= 1\n    return count - n\n",
-        "    return count - n\n",
+        "VllmCheckedFreeBlockQueue.popleft_n",
+        "        until_pool[0] -= 1\n        try:\n",
+        "        try:\n",
         "an unlink from the front on the one-pass path does not count toward the next full "
         "check of the pool and the queue, which then comes late",
     ),
     "pool_queue_fast_path_trusts_the_count_to_the_tail": SourceBug(
         "pool queue",
         _ADAPTER,
-        "_front_run_count",
-        "            if n != count or node.next_free_block is not None:",
-        "            if node.next_free_block is not None:",
+        "VllmCheckedFreeBlockQueue.popleft_n",
+        "                        may_leave = n == count and node.next_free_block is None\n",
+        "                        may_leave = node.next_free_block is None\n",
         "the one-pass test of `popleft_n` reaches the tail without comparing the run with the "
         "count: a count raised above the chain is not reported",
     ),
@@ -297,6 +299,15 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "",
         "the pool's full check no longer runs the queue's, which has no countdown of its own on "
         "a pool's queue: damage to the chain only the full check sees is never reported",
+    ),
+    "pool_queue_fast_path_prepends_to_an_empty_chain_miscounted": SourceBug(
+        "pool queue",
+        _ADAPTER,
+        "VllmCheckedFreeBlockQueue.prepend_n",
+        "                    and (count == 0 if after is tail else after.pool is link)\n",
+        "                    and (after is tail or after.pool is link)\n",
+        "the one-pass test of `prepend_n` takes an empty chain without its count: a count "
+        "raised above an empty chain is carried on, unreported",
     ),
     # -- the trace level
     "trace_history_ignores_weak_holders": SourceBug(

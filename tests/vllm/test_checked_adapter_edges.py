@@ -482,3 +482,18 @@ def test_a_count_above_the_chain_is_refused_when_a_run_reaches_the_tail(kind: ty
         queue.popleft_n(linked)
     assert caught.value.invariant == "count_consistency"
     assert head.next_free_block is first
+
+
+@pytest.mark.parametrize("kind", QUEUES, ids=QUEUE_IDS)
+@pytest.mark.parametrize("operation", list(JOINING))
+def test_a_count_above_an_empty_chain_is_refused_by_a_join(kind: type[Any], operation: str) -> None:
+    """Every block taken, then the queue's own count raised: a join is refused (I2), unlinked."""
+    _, queue = pool_queue(kind)
+    count_slot: Any = vars(FreeBlockQueue)["num_free_blocks"]
+    taken = queue.popleft_n(count_slot.__get__(queue))
+    count_slot.__set__(queue, 1)
+    with pytest.raises(InvariantViolation) as caught:
+        JOINING[operation](queue, taken[0])
+    assert caught.value.invariant == "count_consistency"
+    assert queue.fake_free_list_head.next_free_block is queue.fake_free_list_tail
+    assert taken[0].prev_free_block is taken[0].next_free_block is None

@@ -492,6 +492,25 @@ def test_a_count_above_the_chain_is_reported_when_vllm_takes_every_block(
     assert caught.value.invariant == "count_consistency"
 
 
+@pytest.mark.parametrize("mode", ["checked", "trace"])
+def test_a_count_above_an_empty_chain_is_reported_when_vllm_frees_into_it(
+    wheel: Path, mode: str
+) -> None:
+    """Every block taken, then the queue's own count raised: the free's join is refused (I2).
+
+    Nothing is linked: the freed block stays detached, the chain empty.
+    """
+    pool = build_pool(load_vllm(wheel), mode)
+    queue = pool.free_block_queue
+    taken = pool.get_new_blocks(pool.get_num_free_blocks())
+    raise_the_queues_own_count(queue)
+    with pytest.raises(InvariantViolation) as caught:
+        pool.free_blocks(taken[:1])  # no hash: prepend_n, to the empty chain
+    assert caught.value.invariant == "count_consistency"
+    assert queue.fake_free_list_head.next_free_block is queue.fake_free_list_tail
+    assert taken[0].prev_free_block is taken[0].next_free_block is None
+
+
 @pytest.mark.parametrize("fault", list(FAULTS), ids=[fault.__name__ for fault in FAULTS])
 def test_vllms_own_queue_lets_every_class_pass(wheel: Path, fault: Any) -> None:
     """The same faults on vLLM's own queue: nothing is raised, and the pool is left wrong."""

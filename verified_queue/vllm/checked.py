@@ -163,20 +163,64 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(n), plus the amortized O(1) checks of the queue and the pool
         """
-        left = _front_run_count(self, n)
-        if left is not None:
+        # _front_run_count, inline (vLLM's get_new_blocks).
+        link = self._pool_link
+        until_pool = self._until_pool_check
+        count: int = self._true_free_blocks
+        head: Any = self.fake_free_list_head
+        may_leave = (
+            type(self._members) is PoolMembership
+            and until_pool[0] > 1
+            and type(n) is int
+            and 0 <= n <= count
+            and head.prev_free_block is None
+        )
+        if may_leave:
             try:
-                popped: list[Any] = self._super_popleft_n(n)
-                _front_after(self, left, "the end of popleft_n()")
-            except QueueError:
-                raise
-            except Exception as error:
-                # Damage outside code did (see verified_queue.checked): never a raw error.
-                raise _diagnosis.damaged(self, "popleft_n()", error) from error
-            return popped
-        if self._pool_link is not None:
-            before_unlink(self, n, "the start of popleft_n()")
-        return _checked_popleft_n(self, n)
+                cache = None  # the prefix cache, read at the first block with a hash
+                previous = head
+                node = head.next_free_block
+                for _ in range(n):
+                    if (
+                        node.prev_free_block is not previous
+                        or node.ref_cnt != 0
+                        or node.is_null
+                        or node.pool is not link
+                    ):
+                        may_leave = False
+                        break
+                    key = node.block_hash
+                    if key is not None:
+                        cache = _cache_of(link) if cache is None else cache
+                        if not cache.contain(key, node.block_id):
+                            may_leave = False
+                            break
+                    previous = node
+                    node = node.next_free_block
+                else:
+                    # The node after the run, whose back link the operation rewrites.
+                    if node is self.fake_free_list_tail:
+                        may_leave = n == count and node.next_free_block is None
+                    else:
+                        may_leave = node.prev_free_block is previous and node.pool is link
+            except Exception:  # a link that is no block: damage, which check mode's operation names
+                may_leave = False
+        if not may_leave:
+            return _popleft_n_by_check_mode(self, n)
+        until_pool[0] -= 1
+        try:
+            popped: list[Any] = self._super_popleft_n(n)
+            # _front_after, inline.
+            if head.next_free_block.prev_free_block is not head:
+                _diagnosis.check_front(self, self._members, "the end of popleft_n()")
+            if self._true_free_blocks != count - n:  # type: ignore[operator]  # an int: tested
+                _diagnosis.expect_count(self, self._members, "the end of popleft_n()")
+        except QueueError:
+            raise
+        except Exception as error:
+            # Damage outside code did (see verified_queue.checked): never a raw error.
+            raise _diagnosis.damaged(self, "popleft_n()", error) from error
+        return popped
 
     def remove(self, block: Any) -> None:
         """Check ``block`` against the pool, then :meth:`CheckedFreeBlockQueue.remove`.
@@ -207,8 +251,8 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         Runtime complexity: O(1), plus the amortized O(1) checks of the queue
         """
         batch = [block]
-        count = _joining_count(self, batch, at_front=False)
-        if count is not None:
+        count = _back_join_count(self)
+        if count is not None and _may_join(self._pool_link, batch):
             try:
                 before = self.fake_free_list_tail.prev_free_block
                 if _joined_by_production(self._super_append, block):
@@ -229,10 +273,27 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         """
         # A batch that is no list is listed first, as check mode lists it, and checked whole.
         batch: list[Any] = blocks if type(blocks) is list else batch_argument("append_n", blocks)
-        count = _joining_count(self, batch, at_front=False)
-        if count is not None:
-            if not batch:
-                return  # nothing to link (vLLM's free_blocks, most steps): the back was tested
+        if not batch and type(self._members) is PoolMembership:
+            # Nothing to link (vLLM's free_blocks, most steps): _back_join_count's test, inline.
+            head: Any = self.fake_free_list_head
+            tail: Any = self.fake_free_list_tail
+            try:
+                before = tail.prev_free_block
+                if (
+                    head.prev_free_block is None
+                    and tail.next_free_block is None
+                    and before.next_free_block is tail
+                    and (
+                        self._true_free_blocks == 0
+                        if before is head
+                        else before.pool is self._pool_link
+                    )
+                ):
+                    return
+            except Exception:  # a link that is no block: damage, which check mode's operation names
+                pass
+        count = _back_join_count(self)
+        if count is not None and batch and _may_join(self._pool_link, batch):
             try:
                 before = self.fake_free_list_tail.prev_free_block
                 if _joined_by_production(self._super_append_n, batch):
@@ -253,21 +314,63 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         """
         # A batch that is no list is listed first, as check mode lists it, and checked whole.
         batch: list[Any] = blocks if type(blocks) is list else batch_argument("prepend_n", blocks)
-        count = _joining_count(self, batch, at_front=True)
-        if count is not None:
-            if not batch:
-                return  # nothing to link (vLLM's free_blocks, most steps): the front was tested
+        link = self._pool_link
+        if type(self._members) is PoolMembership:
+            count: int = self._true_free_blocks
+            head: Any = self.fake_free_list_head
+            tail: Any = self.fake_free_list_tail
             try:
-                after = self.fake_free_list_head.next_free_block
-                if _joined_by_production(self._super_prepend_n, batch):
-                    _front_joined(self, batch, after, count + len(batch), "the end of prepend_n()")
-                    return
-            except QueueError:
-                raise
-            except Exception as error:
-                # Damage outside code did (see verified_queue.checked): never a raw error.
-                raise _diagnosis.damaged(self, "prepend_n()", error) from error
-        check_moving(self._pool_link, batch, "the start of prepend_n()", joining=True)
+                # The front a batch joins (_back_join_count's test, at the other end, inline:
+                # vLLM's free_blocks): the head's links, then the block after it, linked back.
+                after = head.next_free_block
+                joinable = (
+                    head.prev_free_block is None
+                    and tail.next_free_block is None
+                    and after.prev_free_block is head
+                    and (count == 0 if after is tail else after.pool is link)
+                )
+                if joinable:
+                    # _may_join, inline.
+                    cache: Any = None
+                    for block in batch:
+                        if block.ref_cnt != 0 or block.is_null or block.pool is not link:
+                            joinable = False
+                            break
+                        key = block.block_hash
+                        if key is not None:
+                            cache = _cache_of(link) if cache is None else cache
+                            if not cache.contain(key, block.block_id):
+                                joinable = False
+                                break
+            except (
+                Exception
+            ):  # a link, or an item, that is no block: check mode's operation names it
+                joinable = False
+            if joinable and not batch:
+                return  # nothing to link (vLLM's free_blocks, some steps): the front was tested
+            if joinable:
+                try:
+                    # _joined_by_production, then _front_after for a join, inline.
+                    try:
+                        self._super_prepend_n(batch)
+                    except QueueError:
+                        joinable = False  # refused whole: check mode's operation answers
+                    if joinable:
+                        where = "the end of prepend_n()"
+                        last = batch[-1]
+                        if head.next_free_block is not batch[0] or head.prev_free_block is not None:
+                            _diagnosis.check_front(self, self._members, where)
+                        if last.next_free_block is not after or after.prev_free_block is not last:
+                            _diagnosis.expect_joined(self, last, after, where)
+                        if self._true_free_blocks != count + len(batch):
+                            _diagnosis.expect_count(self, self._members, where)
+                        return
+                except QueueError:
+                    raise
+                except Exception as error:
+                    # Damage outside code did (see verified_queue.checked): never a raw error.
+                    raise _diagnosis.damaged(self, "prepend_n()", error) from error
+        check_moving(link, batch, "the start of prepend_n()", joining=True)
         _checked_prepend_n(self, batch)
 
     def _chain_is_membership(self) -> bool:
@@ -385,6 +488,13 @@ def _joined_by_production(operation: Any, batch: Any) -> bool:
     except QueueError:
         return False
     return True
+
+
+def _popleft_n_by_check_mode(queue: Any, n: Any) -> list[Any]:
+    """``popleft_n`` off the one-pass path: the pool's checks first, then check mode's operation."""
+    if queue._pool_link is not None:
+        before_unlink(queue, n, "the start of popleft_n()")
+    return _checked_popleft_n(queue, n)
 
 
 # Check mode's operations, resolved once (a super() call builds a proxy on 3.10 and 3.11),
@@ -513,13 +623,16 @@ def read_membership_from_pool(queue: Any, blocks: Iterable[Any]) -> None:
 
 
 # The one-pass tests of the healthy case of each linking operation on a pool's queue (see
-# "The membership" in VllmCheckedFreeBlockQueue). Each returns a true count (the one the
-# operation must leave, or the one before a join or a removal), or ``None`` to have check
-# mode's operation run instead: no pool's membership, the pool's countdown about to run out
-# at an unlink (its full check runs first, with the queue's), or anything check mode or the
-# pool's clauses would look into. They read and write nothing else; a passing unlink ticks
-# the pool's countdown, as before_unlink would have. Check mode's own countdown plays no
-# part on a pool's queue (pool_queue_period): its operations tick it, never to run out.
+# "The membership" in VllmCheckedFreeBlockQueue). Each count returns a true count (the one
+# the operation must leave, or the one before a join or a removal), or ``None`` to have
+# check mode's operation run instead: no pool's membership, the pool's countdown about to
+# run out at an unlink (its full check runs first, with the queue's), or anything check
+# mode or the pool's clauses would look into; _may_join returns ``False`` for the last.
+# They read and write nothing else; a passing unlink ticks the pool's countdown, as
+# before_unlink would have. Check mode's own countdown plays no part on a pool's queue
+# (pool_queue_period): its operations tick it, never to run out. The operations of vLLM's
+# step (popleft_n, prepend_n, and append_n's empty batch) run these tests inline, where a
+# call costs more than a test; the other operations call them.
 
 
 def _cache_of(link: object) -> Any:
@@ -533,7 +646,10 @@ def _cache_of(link: object) -> Any:
 
 
 def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a return a test
-    """The count once the first ``n`` blocks have left, if they may: sound links, P1-P3, P5."""
+    """The count once the first ``n`` blocks have left, if they may: sound links, P1-P3, P5.
+
+    ``popleft``'s test; ``popleft_n`` runs it inline.
+    """
     link = queue._pool_link
     until_pool = queue._until_pool_check
     if type(queue._members) is not PoolMembership or until_pool[0] <= 1:
@@ -607,49 +723,53 @@ def _removal_count(queue: Any, block: Any) -> int | None:
     return count
 
 
-def _joining_count(queue: Any, blocks: list[Any], *, at_front: bool) -> int | None:  # noqa: PLR0911
-    """The count before ``blocks`` join at one end, if they may: P1-P3, P5, a sound end."""
-    link = queue._pool_link
+def _back_join_count(queue: Any) -> int | None:
+    """The count before blocks join at the back, if they may: sound sentinels and a sound end.
+
+    The end is a block of the pool linked on to the tail, or the head of an
+    empty queue. ``prepend_n`` tests the front so, inline, and ``append_n``
+    the back for an empty batch.
+    """
     if type(queue._members) is not PoolMembership:
         return None
     count: int = queue._true_free_blocks
+    head = queue.fake_free_list_head
+    tail = queue.fake_free_list_tail
+    try:
+        before = tail.prev_free_block
+        if (
+            head.prev_free_block is None
+            and tail.next_free_block is None
+            and before.next_free_block is tail
+            and (count == 0 if before is head else before.pool is queue._pool_link)
+        ):
+            return count
+    except Exception:  # a link that is no block: damage, which check mode's operation names
+        pass
+    return None
+
+
+def _may_join(link: object, blocks: list[Any]) -> bool:
+    """Whether every block of ``blocks`` may join the free queue of the pool ``link`` names.
+
+    P2, P1, P5 and P3 (check_moving's). A block this build cannot link, or one
+    linked already (I4; on a pool's queue, so a member), the production
+    operation refuses whole before it changes anything, and check mode's
+    operation then answers the batch (:func:`_joined_by_production`).
+    """
     try:
         cache: Any = None  # the prefix cache, read at the first block with a hash
-        head = queue.fake_free_list_head
-        tail = queue.fake_free_list_tail
-        if head.prev_free_block is not None or tail.next_free_block is not None:
-            return None
-        # The end the batch joins: a block of the pool linked back, or the other sentinel
-        # of an empty queue.
-        if at_front:
-            end = head.next_free_block
-            if end is tail:
-                if count != 0 or tail.prev_free_block is not head:
-                    return None
-            elif end.prev_free_block is not head or end.pool is not link:
-                return None
-        else:
-            end = tail.prev_free_block
-            if end is head:
-                if count != 0 or head.next_free_block is not tail:
-                    return None
-            elif end.next_free_block is not tail or end.pool is not link:
-                return None
         for block in blocks:
-            # P2, P1, P5, P3 (check_moving's). A block this build cannot link, or one linked
-            # already (I4; on a pool's queue, so a member), the production operation refuses
-            # whole before it changes anything, and check mode's operation then answers the
-            # batch (_joined_by_production).
             if block.ref_cnt != 0 or block.is_null or block.pool is not link:
-                return None
+                return False
             key = block.block_hash
             if key is not None:
                 cache = _cache_of(link) if cache is None else cache
                 if not cache.contain(key, block.block_id):
-                    return None
+                    return False
     except Exception:  # an item with no such fields: check mode's operation says which
-        return None
-    return count
+        return False
+    return True
 
 
 # After a linking operation on the healthy path: the links it wrote and the count, each
@@ -682,17 +802,5 @@ def _back_after(queue: Any, before: Any, batch: list[Any], expected: int, where:
     first = batch[0]
     if before.next_free_block is not first or first.prev_free_block is not before:
         _diagnosis.expect_joined(queue, before, first, where)
-    if queue._true_free_blocks != expected:
-        _diagnosis.expect_count(queue, queue._members, where)
-
-
-def _front_joined(queue: Any, batch: list[Any], after: Any, expected: int, where: str) -> None:
-    """I1, I2 after a join at the front: ``batch`` (not empty) between the head and ``after``."""
-    head = queue.fake_free_list_head
-    if head.next_free_block is not batch[0] or head.prev_free_block is not None:
-        _diagnosis.check_front(queue, queue._members, where)
-    last = batch[-1]
-    if last.next_free_block is not after or after.prev_free_block is not last:
-        _diagnosis.expect_joined(queue, last, after, where)
     if queue._true_free_blocks != expected:
         _diagnosis.expect_count(queue, queue._members, where)
