@@ -386,8 +386,13 @@ def freed_with_an_uncached_hash(pool: Any) -> None:
 
 
 def null_block_freed_into_the_queue(pool: Any) -> None:
-    """The null block handed to the queue (P1)."""
+    """The null block handed to the queue's back (P1)."""
     pool.free_block_queue.append_n([pool.null_block])
+
+
+def null_block_freed_to_the_front(pool: Any) -> None:
+    """The null block handed to the queue's front, where vLLM frees uncached blocks (P1)."""
+    pool.free_block_queue.prepend_n([pool.null_block])
 
 
 def free_block_held_and_removed(pool: Any) -> None:
@@ -403,6 +408,7 @@ REFUSED_AT_THE_CALL: dict[Callable[[Any], None], str | None] = {
     queued_through_two_paths: None,
     freed_with_an_uncached_hash: "P3",
     null_block_freed_into_the_queue: "P1",
+    null_block_freed_to_the_front: "P1",
     free_block_held_and_removed: "P2",
 }
 
