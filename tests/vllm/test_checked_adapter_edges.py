@@ -188,19 +188,27 @@ FRONT_DAMAGE: dict[Callable[[Pool, Any], None], str] = {
 }
 
 
+#: The unlinks from the front: how a test calls each on a queue.
+FRONT_UNLINKS: dict[str, Callable[[Any], object]] = {
+    "popleft": lambda queue: queue.popleft(),
+    "popleft_n": lambda queue: queue.popleft_n(2),
+}
+
+
 @pytest.mark.parametrize("kind", QUEUES, ids=QUEUE_IDS)
+@pytest.mark.parametrize("operation", list(FRONT_UNLINKS))
 @pytest.mark.parametrize("damage", list(FRONT_DAMAGE), ids=[d.__name__ for d in FRONT_DAMAGE])
-def test_each_clause_of_the_front_block_is_reported_by_popleft(
-    kind: type[Any], damage: Callable[[Pool, Any], None]
+def test_each_clause_of_the_front_block_is_reported_by_each_unlink_from_the_front(
+    kind: type[Any], operation: str, damage: Callable[[Pool, Any], None]
 ) -> None:
-    """Each clause a front block breaks is reported as it leaves by popleft, the block kept."""
+    """Each clause a front block breaks is reported as it leaves, popleft or popleft_n, kept."""
     pool, queue = pool_queue(kind)
     front = queue.get_all_free_blocks()[0]
     damage(pool, front)
     with pytest.raises(InvariantViolation) as caught:
-        queue.popleft()
+        FRONT_UNLINKS[operation](queue)
     assert caught.value.clause == FRONT_DAMAGE[damage]
-    assert caught.value.where == "the start of popleft()"
+    assert caught.value.where == f"the start of {operation}()"
     assert caught.value.blocks == (front,)
     assert queue.get_all_free_blocks()[0] is front
 
