@@ -41,7 +41,7 @@ from verified_queue import (
     WrongTypeError,
 )
 from verified_queue._messages import batch_argument
-from verified_queue.checked import _NEVER, CheckedFreeBlockQueue
+from verified_queue.checked import _LINKING_METHODS, _NEVER, CheckedFreeBlockQueue
 from verified_queue.queue import FreeBlockQueue
 from verified_queue.traced import TracedFreeBlockQueue
 from verified_queue.vllm import checked as checked_module
@@ -543,9 +543,7 @@ def test_the_one_pass_path_counts_past_vllms_counter(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.skipif(COMPILED, reason="compiled, the production operations are C code")
-@pytest.mark.parametrize(
-    "name", ["popleft", "popleft_n", "remove", "append", "append_n", "prepend_n"]
-)
+@pytest.mark.parametrize("name", _LINKING_METHODS)
 def test_the_renamed_production_operations_run_the_production_code(name: str) -> None:
     """The same bytecode, constants and lines; only the count's name differs, an attribute only."""
     original = getattr(FreeBlockQueue, name).__code__

@@ -20,7 +20,12 @@ from verified_queue._messages import batch_argument
 from verified_queue.block import COMPILED
 
 # _NEVER: check mode's countdown when the period is off, the pool's too (one definition).
-from verified_queue.checked import _NEVER, MIN_FULL_CHECK_PERIOD, CheckedFreeBlockQueue
+from verified_queue.checked import (
+    _LINKING_METHODS,
+    _NEVER,
+    MIN_FULL_CHECK_PERIOD,
+    CheckedFreeBlockQueue,
+)
 from verified_queue.errors import QueueError
 from verified_queue.queue import FreeBlockQueue
 from verified_queue.vllm.pool_checks import (
@@ -342,9 +347,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
                             if not cache.contain(key, block.block_id):
                                 joinable = False
                                 break
-            except (
-                Exception
-            ):  # a link, or an item, that is no block: check mode's operation names it
+            except Exception:  # a link or an item that is no block: check mode's names it
                 joinable = False
             if joinable and not batch:
                 return  # nothing to link (vLLM's free_blocks, some steps): the front was tested
@@ -438,6 +441,10 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
         return self._count_offset
 
 
+#: The name the renamed production operations count under: the class's alias of the slot.
+_TRUE_COUNT: Final = "_true_free_blocks"
+
+
 def _on_the_true_count(operation: Any) -> Any:
     """``operation``, a production method of the pure build, made to count past vLLM's counter.
 
@@ -464,11 +471,8 @@ def _on_the_true_count(operation: Any) -> Any:
     return renamed
 
 
-#: The name the renamed production operations count under (one definition).
-_TRUE_COUNT: Final = "_true_free_blocks"
-
 if not COMPILED:  # compiled, the operations are C code that writes a C field
-    for _linking in ("popleft", "popleft_n", "remove", "append", "append_n", "prepend_n"):
+    for _linking in _LINKING_METHODS:
         _production = vars(VllmCheckedFreeBlockQueue)[f"_super_{_linking}"]
         setattr(VllmCheckedFreeBlockQueue, f"_super_{_linking}", _on_the_true_count(_production))
 
