@@ -248,9 +248,9 @@ NEW_CODE_CATALOGUE: dict[str, SourceBug] = {
         "pool queue",
         _ADAPTER,
         "_may_join",
-        "            key = block.block_hash\n            if key is not None:\n"
+        "            if block.block_hash is not None:  # read again below, as in popleft_n\n"
         "                cache = _cache_of(link) if cache is None else cache\n"
-        "                if not cache.contain(key, block.block_id):\n"
+        "                if not cache.contain(block.block_hash, block.block_id):\n"
         "                    return False\n",
         "",
         "the one-pass test of `append` and `append_n` forgets P3: a block whose hash is not "
