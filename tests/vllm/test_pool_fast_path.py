@@ -336,6 +336,18 @@ def test_a_true_count_above_the_chain_is_refused_before_anything_moves() -> None
     assert chain(pool.queue) == before
 
 
+def test_a_true_count_above_a_chain_of_one_is_refused_by_popleft() -> None:
+    """The same damage where ``popleft`` reaches the tail: its last block stays, reported (I2)."""
+    pool = built()
+    pool.queue.popleft_n(SIZE - 2)  # one block left
+    raise_true_count(pool.queue)
+    before = chain(pool.queue)
+    with pytest.raises(InvariantViolation) as caught:
+        pool.queue.popleft()
+    assert caught.value.invariant == "count_consistency"
+    assert chain(pool.queue) == before
+
+
 def test_a_block_spliced_in_by_hand_is_reported_by_the_next_full_check() -> None:
     """A held block linked by outside code, the count left: a member by its links, too many (I2)."""
     pool = built()
@@ -519,6 +531,8 @@ def every_healthy_operation(pool: Pool) -> None:
     queue.append_n(taken[1:])
     queue.remove(taken[-1])  # the last block, before the tail
     assert queue.popleft() is taken[0]
+    queue.prepend_n([taken[-1]])  # a cached block, to the front (vLLM's evict_first)
+    assert queue.popleft() is taken[-1]  # a cached block, from the front
     assert chain(queue) == [block.block_id for block in taken[1:-1]]
 
 
@@ -813,6 +827,8 @@ DAMAGED_STEPS: dict[str, Callable[[Pool], object]] = {
     "append": lambda pool: pool.queue.append(pool.blocks[3]),
     "append_n": lambda pool: pool.queue.append_n([pool.blocks[3]]),
     "prepend_n": lambda pool: pool.queue.prepend_n([pool.blocks[3]]),
+    "append_n([])": lambda pool: pool.queue.append_n([]),  # vLLM's free_blocks, most steps
+    "prepend_n([])": lambda pool: pool.queue.prepend_n([]),
 }
 
 
@@ -878,7 +894,9 @@ EMPTY_DAMAGE: dict[str, Callable[[Pool], None]] = {
 
 
 @pytest.mark.parametrize("damage", list(EMPTY_DAMAGE))
-@pytest.mark.parametrize("step", ["append", "append_n", "prepend_n"])
+@pytest.mark.parametrize(
+    "step", ["append", "append_n", "prepend_n", "append_n([])", "prepend_n([])"]
+)
 @SHIPPED_AND_REFERENCE
 def test_damage_to_an_empty_queue_is_met_as_check_mode_meets_it(
     kind: type[Any], reference: type[Any], step: str, damage: str
@@ -894,6 +912,37 @@ def test_damage_to_an_empty_queue_is_met_as_check_mode_meets_it(
 
 # ---------------------------------------------------------------------------
 # The rest of the path's edges.
+
+
+@pytest.mark.parametrize("operation", ["append", "append_n", "prepend_n"])
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_a_joining_block_whose_field_raises_is_named_not_linked(
+    kind: type[Any], operation: str
+) -> None:
+    """A field that raises on a block about to join: P5, the queue and the block unchanged."""
+    pool = Pool(kind, FieldRaises)
+    queue = pool.queue
+    block = queue.popleft_n(1)[0]
+    block.broken = True
+    before = links(pool)
+    with pytest.raises(InvariantViolation) as caught:
+        getattr(queue, operation)(block if operation == "append" else [block])
+    assert (caught.value.clause, caught.value.blocks) == ("P5", (block,))
+    assert links(pool) == before
+
+
+@pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
+def test_a_pool_still_in_its_init_is_not_checked(kind: type[Any]) -> None:
+    """A pool with no null block or prefix cache yet: neither check runs, even over damage."""
+
+    class Building:
+        """A pool in its ``__init__``: its blocks, nothing else yet."""
+
+    building = Building()
+    blocks = [StandInBlock(index, weakref.ref(building)) for index in range(SIZE)]
+    queue = kind(blocks)
+    raise_true_count(queue)  # damage the queue's own full check would report
+    assert queue.check_block_pool() is False
 
 
 @pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])

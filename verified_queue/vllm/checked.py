@@ -148,7 +148,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(1), plus the amortized O(1) checks of the queue and the pool
         """
-        left = _front_run_count(self, 1)
+        left = _front_leave_count(self)
         if left is not None:
             try:
                 block = self._super_popleft()
@@ -168,7 +168,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
 
         Runtime complexity: O(n), plus the amortized O(1) checks of the queue and the pool
         """
-        # _front_run_count, inline (vLLM's get_new_blocks).
+        # popleft's test (_front_leave_count) for a run of n blocks, inline (vLLM's get_new_blocks).
         link = self._pool_link
         until_pool = self._until_pool_check
         count: int = self._true_free_blocks
@@ -648,50 +648,43 @@ def _cache_of(link: object) -> Any:
     return pool.cached_block_hash_to_block
 
 
-def _front_run_count(queue: Any, n: object) -> int | None:  # noqa: PLR0911 -- a return a test
-    """The count once the first ``n`` blocks have left, if they may: sound links, P1-P3, P5.
+def _front_leave_count(queue: Any) -> int | None:  # noqa: PLR0911 -- a return a test
+    """The count once the front block has left, if it may: sound links, P1-P3, P5.
 
-    ``popleft``'s test; ``popleft_n`` runs it inline.
+    ``popleft``'s test: ``popleft_n``'s walk, which it runs inline, for a run of one.
     """
     link = queue._pool_link
     until_pool = queue._until_pool_check
     if type(queue._members) is not PoolMembership or until_pool[0] <= 1:
         return None
     count: int = queue._true_free_blocks
-    if type(n) is not int or not 0 <= n <= count:
-        return None  # check mode's operation raises the production queue's error, if any
+    if count < 1:
+        return None  # check mode's operation raises the production queue's error
     try:
-        cache = None  # the prefix cache, read at the first block with a hash
         head = queue.fake_free_list_head
-        if head.prev_free_block is not None:
+        block = head.next_free_block
+        key = block.block_hash
+        # I1 and I5 (check mode's walk), then P2, P1, P5 and P3 (before_unlink's).
+        if (
+            head.prev_free_block is not None
+            or block.prev_free_block is not head
+            or block.ref_cnt != 0
+            or block.is_null
+            or block.pool is not link
+            or (key is not None and not _cache_of(link).contain(key, block.block_id))
+        ):
             return None
-        previous = head
-        node = head.next_free_block
-        for _ in range(n):
-            # I1 and I5 (check mode's walk), then P2, P1, P5 and P3 (before_unlink's).
-            if (
-                node.prev_free_block is not previous
-                or node.ref_cnt != 0
-                or node.is_null
-                or node.pool is not link
-            ):
+        # The node after it, whose back link the operation rewrites.
+        after = block.next_free_block
+        if after is queue.fake_free_list_tail:
+            if count != 1 or after.next_free_block is not None:
                 return None
-            if node.block_hash is not None:  # read again below, as in popleft_n
-                cache = _cache_of(link) if cache is None else cache
-                if not cache.contain(node.block_hash, node.block_id):
-                    return None
-            previous = node
-            node = node.next_free_block
-        # The node after the run, whose back link the operation rewrites.
-        if node is queue.fake_free_list_tail:
-            if n != count or node.next_free_block is not None:
-                return None
-        elif node.prev_free_block is not previous or node.pool is not link:
+        elif after.prev_free_block is not block or after.pool is not link:
             return None
     except Exception:  # a link that is no block: damage, which check mode's operation names
         return None
     until_pool[0] -= 1
-    return count - n
+    return count - 1
 
 
 def _removal_count(queue: Any, block: Any) -> int | None:
