@@ -71,10 +71,12 @@ def raise_true_count(queue: Any) -> None:
 
 
 class Pool:
-    """``SIZE`` blocks naming the pool weakly, its queue built as vLLM builds it."""
+    """``SIZE`` blocks naming the pool (weakly, as vLLM does), its queue built as vLLM builds it."""
 
-    def __init__(self, kind: type[Any], block: type[StandInBlock] = StandInBlock) -> None:
-        self.link = weakref.ref(self)
+    def __init__(
+        self, kind: type[Any], block: type[StandInBlock] = StandInBlock, *, strong: bool = False
+    ) -> None:
+        self.link: object = self if strong else weakref.ref(self)
         self.blocks = [block(index, self.link) for index in range(SIZE)]
         self.cached_block_hash_to_block = PrefixCache()
         self.queue = kind(list(self.blocks))
@@ -316,9 +318,9 @@ def test_the_one_pass_path_answers_as_check_mode_does(
 # Damage written by hand, which the pool's membership sees as the links say.
 
 
-def built(kind: type[Any] = VllmCheckedFreeBlockQueue) -> Pool:
+def built(kind: type[Any] = VllmCheckedFreeBlockQueue, *, strong: bool = False) -> Pool:
     """A stand-in pool, its queue's periodic check off (so only the operations see damage)."""
-    pool = Pool(kind)
+    pool = Pool(kind, strong=strong)
     pool.queue.full_check_every = 0
     pool.queue.full_check()
     return pool
@@ -494,13 +496,21 @@ def test_a_front_block_whose_field_raises_is_named_not_raised(
     assert chain(queue) == before
 
 
+@pytest.mark.parametrize("strong", [False, True], ids=["weakly", "strongly"])
 @pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
 def test_healthy_operations_take_the_one_pass_path(
-    kind: type[Any], monkeypatch: pytest.MonkeyPatch
+    kind: type[Any],
+    strong: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With no full check due, no healthy operation runs check mode's own (slower) path."""
+    """With no full check due, no healthy operation runs check mode's own (slower) path.
 
-    pool = built(kind)  # its first unlink checks the whole pool, through check mode's path
+    Whether the blocks name their pool weakly (vLLM 0.34.0) or strongly.
+    """
+
+    pool = built(
+        kind, strong=strong
+    )  # its first unlink checks the whole pool, by check mode's path
     for name in LINKING_PATHS:
         monkeypatch.setattr(checked_module, name, refuse_own_path)
     every_healthy_operation(pool)
@@ -524,10 +534,14 @@ def every_healthy_operation(pool: Pool) -> None:
     taken = queue.popleft_n(len(chain(queue)))  # the whole chain, to the tail
     assert [block.block_id for block in taken] == [4, 5, first.block_id, third.block_id]
     assert chain(queue) == []
+    queue.append_n([])  # nothing, to an empty queue
+    queue.prepend_n([])
     queue.prepend_n(taken[:2])  # to an empty queue's front
     queue.remove(taken[0])  # the first block, after the head
     queue.remove(taken[1])  # the only block, between both sentinels
     queue.append(taken[0])  # to an empty queue's back
+    assert queue.popleft() is taken[0]  # the only block: the front run reaches the tail
+    queue.append(taken[0])
     queue.append_n(taken[1:])
     queue.remove(taken[-1])  # the last block, before the tail
     assert queue.popleft() is taken[0]
@@ -573,6 +587,25 @@ def test_the_renamed_production_operations_run_the_production_code(name: str) ->
     assert changed == {("num_free_blocks", "_true_free_blocks")}
     uses = {i.opname for i in dis.get_instructions(original) if i.argval == "num_free_blocks"}
     assert uses <= {"LOAD_ATTR", "STORE_ATTR"}, uses
+
+
+@pytest.mark.skipif(COMPILED, reason="compiled, the production operations are C code")
+@pytest.mark.parametrize("name", _LINKING_METHODS)
+def test_a_production_operation_renamed_again_is_the_one_the_class_runs(name: str) -> None:
+    """The rename made once more, where a test sees it made: the class's function, field by field.
+
+    The class's operations were renamed at import, before any test could watch the rename.
+    """
+    original = getattr(FreeBlockQueue, name)
+    renamed = checked_module._on_the_true_count(original)
+    installed = vars(VllmCheckedFreeBlockQueue)[f"_super_{name}"]
+    assert renamed is not installed
+    assert renamed.__code__ == installed.__code__  # every field of the code, its names included
+    assert renamed.__code__ != original.__code__
+    for field in ("__name__", "__qualname__", "__doc__", "__defaults__", "__module__"):
+        assert getattr(renamed, field) == getattr(original, field), field
+    assert renamed.__globals__ is original.__globals__
+    assert renamed.__closure__ is original.__closure__
 
 
 #: Check mode's own linking operations, which the one-pass path stands aside for.
@@ -628,6 +661,13 @@ def _break_end(queue: Any, operation: str, fault: str, ends: tuple[Any, Any]) ->
             head.next_free_block = after  # the batch skipped
         else:
             tail.prev_free_block = before
+    elif fault == "junction's other link":
+        if operation == "prepend_n":
+            after.prev_free_block.next_free_block = None  # the batch's last, cut from the old front
+        else:
+            before.next_free_block.prev_free_block = (
+                None  # the batch's first, cut from the old back
+            )
     elif fault == "sentinel's outer link":
         if operation == "prepend_n":
             head.prev_free_block = head.next_free_block
@@ -640,8 +680,8 @@ def _break_end(queue: Any, operation: str, fault: str, ends: tuple[Any, Any]) ->
 
 
 #: Each operation with each fault its production operation may have: a count left one too
-#: high, a link left wrong (at the junction with the old chain, or at the sentinel of the
-#: end a batch joins), an error a damaged link would raise, any other error.
+#: high, a link left wrong (at the junction with the old chain, either way, or at the
+#: sentinel of the end a batch joins), an error a damaged link would raise, any other error.
 FAULTS = [
     (operation, fault)
     for operation in OPERATIONS
@@ -649,7 +689,7 @@ FAULTS = [
 ] + [
     (operation, fault)
     for operation in ("append", "append_n", "prepend_n")
-    for fault in ("sentinel's inner link", "sentinel's outer link")
+    for fault in ("junction's other link", "sentinel's inner link", "sentinel's outer link")
 ]
 
 
