@@ -608,6 +608,30 @@ def test_a_production_operation_renamed_again_is_the_one_the_class_runs(name: st
     assert renamed.__closure__ is original.__closure__
 
 
+def test_the_rename_keeps_a_functions_name_defaults_and_closure() -> None:
+    """A function renamed keeps all it was made with; only its count is read elsewhere.
+
+    The production operations have no defaults and no closure, and their code's name is
+    their name: were one to gain any of these, the rename would still keep it.
+    """
+    step = 2
+
+    def counted(self: Any, extra: int = 1) -> int:
+        count: int = self.num_free_blocks
+        return count + extra + step
+
+    counted.__name__ = "counted_again"  # a name its code does not have
+
+    class Counts:
+        _true_free_blocks = 10
+        num_free_blocks = 0  # vLLM's counter: what the renamed function must not read
+
+    renamed = checked_module._on_the_true_count(counted)
+    assert (renamed.__name__, renamed.__defaults__) == ("counted_again", (1,))
+    assert renamed.__closure__ is counted.__closure__
+    assert renamed(Counts()) == 10 + 1 + 2
+
+
 #: Check mode's own linking operations, which the one-pass path stands aside for.
 LINKING_PATHS = (
     "_checked_popleft",
