@@ -609,16 +609,16 @@ def test_a_production_operation_renamed_again_is_the_one_the_class_runs(name: st
 
 
 def test_the_rename_keeps_a_functions_name_defaults_and_closure() -> None:
-    """A function renamed keeps all it was made with; only its count is read elsewhere.
+    """A function renamed keeps its name, defaults (keyword-only too) and closure.
 
     The production operations have no defaults and no closure, and their code's name is
     their name: were one to gain any of these, the rename would still keep it.
     """
     step = 2
 
-    def counted(self: Any, extra: int = 1) -> int:
+    def counted(self: Any, extra: int = 1, *, more: int = 4) -> int:
         count: int = self.num_free_blocks
-        return count + extra + step
+        return count + extra + more + step
 
     counted.__name__ = "counted_again"  # a name its code does not have
 
@@ -628,8 +628,9 @@ def test_the_rename_keeps_a_functions_name_defaults_and_closure() -> None:
 
     renamed = checked_module._on_the_true_count(counted)
     assert (renamed.__name__, renamed.__defaults__) == ("counted_again", (1,))
+    assert renamed.__kwdefaults__ == {"more": 4}
     assert renamed.__closure__ is counted.__closure__
-    assert renamed(Counts()) == 10 + 1 + 2
+    assert renamed(Counts()) == 10 + 1 + 4 + 2
 
 
 #: Check mode's own linking operations, which the one-pass path stands aside for.
@@ -1000,11 +1001,18 @@ def test_a_pool_still_in_its_init_is_not_checked(kind: type[Any]) -> None:
     """A pool with no null block or prefix cache yet: neither check runs, even over damage."""
 
     class Building:
-        """A pool in its ``__init__``: its blocks, nothing else yet."""
+        """A pool in its ``__init__`` as vLLM 0.34.0's is when it takes the null block.
+
+        Its blocks and prefix cache are set; ``null_block`` is not, yet.
+        """
+
+        def __init__(self) -> None:
+            self.blocks = [StandInBlock(index, weakref.ref(self)) for index in range(SIZE)]
+            self.cached_block_hash_to_block = PrefixCache()
 
     building = Building()
-    blocks = [StandInBlock(index, weakref.ref(building)) for index in range(SIZE)]
-    queue = kind(blocks)
+    queue = kind(list(building.blocks))
+    assert type(queue._members) is PoolMembership  # the pool's queue, as vLLM builds it
     raise_true_count(queue)  # damage the queue's own full check would report
     assert queue.check_block_pool() is False
 

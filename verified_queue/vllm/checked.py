@@ -465,6 +465,7 @@ def _on_the_true_count(operation: Any) -> Any:
         operation.__defaults__,
         operation.__closure__,
     )
+    renamed.__kwdefaults__ = operation.__kwdefaults__
     renamed.__qualname__ = operation.__qualname__
     renamed.__doc__ = operation.__doc__
     return renamed
