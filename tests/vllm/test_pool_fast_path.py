@@ -508,9 +508,8 @@ def test_healthy_operations_take_the_one_pass_path(
     Whether the blocks name their pool weakly (vLLM 0.34.0) or strongly.
     """
 
-    pool = built(
-        kind, strong=strong
-    )  # its first unlink checks the whole pool, by check mode's path
+    # Its first unlink checks the whole pool, by check mode's path.
+    pool = built(kind, strong=strong)
     for name in LINKING_PATHS:
         monkeypatch.setattr(checked_module, name, refuse_own_path)
     every_healthy_operation(pool)
@@ -690,9 +689,8 @@ def _break_end(queue: Any, operation: str, fault: str, ends: tuple[Any, Any]) ->
         if operation == "prepend_n":
             after.prev_free_block.next_free_block = None  # the batch's last, cut from the old front
         else:
-            before.next_free_block.prev_free_block = (
-                None  # the batch's first, cut from the old back
-            )
+            # The batch's first, cut from the old back.
+            before.next_free_block.prev_free_block = None
     elif fault == "sentinel's outer link":
         if operation == "prepend_n":
             head.prev_free_block = head.next_free_block
@@ -998,7 +996,7 @@ def test_a_joining_block_whose_field_raises_is_named_not_linked(
 
 @pytest.mark.parametrize("kind", [VllmCheckedFreeBlockQueue, VllmTracedFreeBlockQueue])
 def test_a_pool_still_in_its_init_is_not_checked(kind: type[Any]) -> None:
-    """A pool with no null block or prefix cache yet: neither check runs, even over damage."""
+    """A pool with no null block yet: neither check runs, even over damage."""
 
     class Building:
         """A pool in its ``__init__`` as vLLM 0.34.0's is when it takes the null block.

@@ -194,7 +194,7 @@ class VllmCheckedFreeBlockQueue(CheckedFreeBlockQueue[Any]):
                     ):
                         may_leave = False
                         break
-                    # Most blocks have no hash: read once and kept nowhere (a tenth of the walk).
+                    # Most blocks have no hash: tested as it is read, and stored nowhere.
                     if node.block_hash is not None:
                         cache = _cache_of(link) if cache is None else cache
                         if not cache.contain(node.block_hash, node.block_id):
