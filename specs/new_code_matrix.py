@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conformance.wheel import PINNED_VERSIONS, TOX_WHEEL_DIR
 from specs.exhaustive_plugin import ACTIONS as PLUGIN_ACTIONS
 from specs.layer_matrix import (
     MACHINE_EXAMPLES,
@@ -87,11 +88,20 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The pinned vLLM wheels (``tox -e vllm-wheel`` fetches them), if configured or fetched: the
-#: layers that run vLLM's own files need them.
-WHEEL: str | None = os.environ.get("VERIFIED_QUEUE_VLLM_WHEEL") or (
-    str(ROOT / ".tox" / "vllm-wheel") if (ROOT / ".tox" / "vllm-wheel").is_dir() else None
-)
+
+def _fetched_wheels() -> str | None:
+    """``.tox/vllm-wheel`` when it holds a wheel of every pinned release, else ``None``.
+
+    ``tox -e vllm`` fetches them all; ``tox -e bench-vllm`` fetches 0.34.0 alone, and the
+    layer's tests, handed the directory, would fail on the release it lacks.
+    """
+    if all(any(TOX_WHEEL_DIR.glob(f"vllm-{version}-*.whl")) for version in PINNED_VERSIONS):
+        return str(TOX_WHEEL_DIR)
+    return None
+
+
+#: The pinned vLLM wheels, if configured or fetched: the layers that run vLLM's own files need them.
+WHEEL: str | None = os.environ.get("VERIFIED_QUEUE_VLLM_WHEEL") or _fetched_wheels()
 
 #: The depth of each exhaustive sequence layer (the plugin's with vLLM's block; one less with
 #: the derived block, each of whose runs derives a class).
