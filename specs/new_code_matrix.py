@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.wheel import PINNED_VERSIONS, TOX_WHEEL_DIR
+from conformance.wheel import PINNED_VERSIONS, TOX_WHEEL_DIR, WheelNotFoundError, find_wheel
 from specs.exhaustive_plugin import ACTIONS as PLUGIN_ACTIONS
 from specs.layer_matrix import (
     MACHINE_EXAMPLES,
@@ -95,9 +95,12 @@ def _fetched_wheels() -> str | None:
     ``tox -e vllm`` fetches them all; ``tox -e bench-vllm`` fetches 0.34.0 alone, and the
     layer's tests, handed the directory, would fail on the release it lacks.
     """
-    if all(any(TOX_WHEEL_DIR.glob(f"vllm-{version}-*.whl")) for version in PINNED_VERSIONS):
-        return str(TOX_WHEEL_DIR)
-    return None
+    try:
+        for version in PINNED_VERSIONS:
+            find_wheel(TOX_WHEEL_DIR, version)
+    except WheelNotFoundError:
+        return None
+    return str(TOX_WHEEL_DIR)
 
 
 #: The pinned vLLM wheels, if configured or fetched: the layers that run vLLM's own files need them.
